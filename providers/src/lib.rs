@@ -1,0 +1,1 @@
+//! DataFusion integration for ooode (layer 5): providers, factory, registration.
