@@ -1,0 +1,324 @@
+//! B+tree searches as I/O-free state machines.
+//!
+//! A search never reads a page itself: it says which page it needs next
+//! ([`RangeCursor::next_page`]) and is fed that page ([`RangeCursor::feed`]). The same code then
+//! serves a synchronous caller (read, feed, repeat) and the out-of-order executor, which issues
+//! the read asynchronously, ends the task, and feeds the page when the completion arrives.
+//!
+//! ```text
+//!   new(range) ──> Descend{root} ──feed inner──> Descend{child} ── ... ──feed leaf──┐
+//!                                                                                  v
+//!          Done <──(key past the upper bound, or last leaf)── Scan{next leaf} <────┘
+//! ```
+//!
+//! Descent rule, for duplicates spanning leaves: to find the first entry >= k, go to the last
+//! child whose first key is < k (the first child if none); entries equal to k can only start
+//! there or later, and the scan continues along the leaf chain. For "first entry > k" compare
+//! with <= instead. Summing the entry counts of the children left of the path gives the rank of
+//! the position, so counting a range costs two descents.
+
+use std::ops::Bound;
+use std::path::Path;
+
+use super::builder::TreeShape;
+use super::node::{NO_PAGE, NodeRef};
+use crate::storage::error::{Result, StorageError};
+use crate::storage::key::prefix_successor;
+use crate::storage::page::{PageKind, verify_page};
+
+/// A range of encoded keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRange {
+    /// Lower bound.
+    pub lower: Bound<Vec<u8>>,
+    /// Upper bound.
+    pub upper: Bound<Vec<u8>>,
+}
+
+impl KeyRange {
+    /// Every key.
+    pub fn all() -> Self {
+        Self {
+            lower: Bound::Unbounded,
+            upper: Bound::Unbounded,
+        }
+    }
+
+    /// Exactly `key`.
+    pub fn point(key: Vec<u8>) -> Self {
+        Self {
+            lower: Bound::Included(key.clone()),
+            upper: Bound::Included(key),
+        }
+    }
+
+    /// Every key that starts with `prefix` (a lookup on the leading columns of a composite key).
+    pub fn prefix(prefix: Vec<u8>) -> Self {
+        let upper = match prefix_successor(&prefix) {
+            Some(s) => Bound::Excluded(s),
+            None => Bound::Unbounded,
+        };
+        Self {
+            lower: Bound::Included(prefix),
+            upper,
+        }
+    }
+
+    /// Whether `key` is in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let above_lower = match &self.lower {
+            Bound::Unbounded => true,
+            Bound::Included(l) => key >= l.as_slice(),
+            Bound::Excluded(l) => key > l.as_slice(),
+        };
+        above_lower && self.below_upper(key)
+    }
+
+    /// Whether `key` is at or below the upper bound.
+    pub fn below_upper(&self, key: &[u8]) -> bool {
+        match &self.upper {
+            Bound::Unbounded => true,
+            Bound::Included(u) => key <= u.as_slice(),
+            Bound::Excluded(u) => key < u.as_slice(),
+        }
+    }
+}
+
+/// Where a descent is headed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// The first entry.
+    Start,
+    /// The first entry with key >= k.
+    FirstGe(Vec<u8>),
+    /// The first entry with key > k.
+    FirstGt(Vec<u8>),
+}
+
+impl Target {
+    fn from_lower(b: &Bound<Vec<u8>>) -> Self {
+        match b {
+            Bound::Unbounded => Self::Start,
+            Bound::Included(k) => Self::FirstGe(k.clone()),
+            Bound::Excluded(k) => Self::FirstGt(k.clone()),
+        }
+    }
+
+    /// True for keys that lie before the target position.
+    fn before(&self, key: &[u8]) -> bool {
+        match self {
+            Self::Start => false,
+            Self::FirstGe(k) => key < k.as_slice(),
+            Self::FirstGt(k) => key <= k.as_slice(),
+        }
+    }
+}
+
+/// One step of a root-to-leaf descent.
+#[derive(Debug, Clone)]
+struct Descent {
+    target: Target,
+    page: u64,
+    level: u32,
+    rank: u64,
+}
+
+impl Descent {
+    fn new(tree: &TreeShape, target: Target) -> Self {
+        Self {
+            target,
+            page: tree.root,
+            level: tree.height.saturating_sub(1),
+            rank: 0,
+        }
+    }
+
+    /// Consumes the node at `self.page`; returns the node and, once at the leaf, the position of
+    /// the target within it.
+    fn step<'p>(&mut self, page: &'p [u8], file: &Path) -> Result<(NodeRef<'p>, Option<usize>)> {
+        let node = open_node(page, self.page, self.level, file)?;
+        let pos = node.partition_point(|k| self.target.before(k));
+        if self.level == 0 {
+            self.rank += pos as u64;
+            return Ok((node, Some(pos)));
+        }
+        if node.is_empty() {
+            return Err(StorageError::corrupted(
+                file,
+                Some(self.page),
+                "empty inner node",
+            ));
+        }
+        let child = pos.saturating_sub(1);
+        self.rank += (0..child).map(|j| node.child_entries(j)).sum::<u64>();
+        self.page = node.value(child);
+        self.level -= 1;
+        Ok((node, None))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum ScanState {
+    Descend(Descent),
+    Scan { page: u64 },
+    Done,
+}
+
+/// Finds the values (row ids) of all entries in a key range.
+///
+/// On a sparse clustering index (one entry per heap page, keyed by the page's first key) it
+/// yields the heap pages that may hold keys of the range: one entry before the first key in
+/// range, since that page may end with keys in range.
+#[derive(Debug, Clone)]
+pub struct RangeCursor {
+    range: KeyRange,
+    sparse: bool,
+    state: ScanState,
+}
+
+impl RangeCursor {
+    /// A search of `range` in `tree`.
+    pub fn new(tree: &TreeShape, range: KeyRange, sparse: bool) -> Self {
+        let descent = Descent::new(tree, Target::from_lower(&range.lower));
+        Self {
+            range,
+            sparse,
+            state: ScanState::Descend(descent),
+        }
+    }
+
+    /// The page to feed next, or None when the search is complete.
+    pub fn next_page(&self) -> Option<u64> {
+        match &self.state {
+            ScanState::Descend(d) => Some(d.page),
+            ScanState::Scan { page } => Some(*page),
+            ScanState::Done => None,
+        }
+    }
+
+    /// Feeds the page asked for by [`next_page`](Self::next_page); appends found values to `out`.
+    pub fn feed(&mut self, page: &[u8], file: &Path, out: &mut Vec<u64>) -> Result<()> {
+        match &mut self.state {
+            ScanState::Descend(d) => {
+                let page_no = d.page;
+                let (node, landed) = d.step(page, file)?;
+                if let Some(pos) = landed {
+                    let start = if self.sparse {
+                        pos.saturating_sub(1)
+                    } else {
+                        pos
+                    };
+                    self.state = scan_leaf(&self.range, &node, start, page_no, file, out)?;
+                }
+            }
+            ScanState::Scan { page: page_no } => {
+                let page_no = *page_no;
+                let node = open_node(page, page_no, 0, file)?;
+                self.state = scan_leaf(&self.range, &node, 0, page_no, file, out)?;
+            }
+            ScanState::Done => {}
+        }
+        Ok(())
+    }
+}
+
+fn scan_leaf(
+    range: &KeyRange,
+    node: &NodeRef<'_>,
+    start: usize,
+    page_no: u64,
+    file: &Path,
+    out: &mut Vec<u64>,
+) -> Result<ScanState> {
+    for i in start..node.len() {
+        if !range.below_upper(node.key(i)) {
+            return Ok(ScanState::Done);
+        }
+        out.push(node.value(i));
+    }
+    match node.next_leaf() {
+        NO_PAGE => Ok(ScanState::Done),
+        // Leaves are laid out in key order, so a next pointer that does not move forward is
+        // damage (and would otherwise loop forever).
+        next if next <= page_no => Err(StorageError::corrupted(
+            file,
+            Some(page_no),
+            format!("next leaf {next} does not follow this leaf"),
+        )),
+        next => Ok(ScanState::Scan { page: next }),
+    }
+}
+
+/// Counts the entries in a key range exactly, with two descents (no leaf scan).
+#[derive(Debug, Clone)]
+pub struct CountCursor {
+    lower: Option<Descent>,
+    upper: Option<Descent>,
+    lower_rank: Option<u64>,
+    upper_rank: Option<u64>,
+}
+
+impl CountCursor {
+    /// A count of the entries of `tree` in `range`.
+    pub fn new(tree: &TreeShape, range: &KeyRange) -> Self {
+        let (lower, lower_rank) = match &range.lower {
+            Bound::Unbounded => (None, Some(0)),
+            b => (Some(Descent::new(tree, Target::from_lower(b))), None),
+        };
+        let (upper, upper_rank) = match &range.upper {
+            Bound::Unbounded => (None, Some(tree.entries)),
+            Bound::Included(k) => (Some(Descent::new(tree, Target::FirstGt(k.clone()))), None),
+            Bound::Excluded(k) => (Some(Descent::new(tree, Target::FirstGe(k.clone()))), None),
+        };
+        Self {
+            lower,
+            upper,
+            lower_rank,
+            upper_rank,
+        }
+    }
+
+    /// The page to feed next, or None when the count is known.
+    pub fn next_page(&self) -> Option<u64> {
+        self.lower.as_ref().or(self.upper.as_ref()).map(|d| d.page)
+    }
+
+    /// Feeds the page asked for by [`next_page`](Self::next_page).
+    pub fn feed(&mut self, page: &[u8], file: &Path) -> Result<()> {
+        let (slot, rank) = if self.lower.is_some() {
+            (&mut self.lower, &mut self.lower_rank)
+        } else {
+            (&mut self.upper, &mut self.upper_rank)
+        };
+        if let Some(d) = slot {
+            if d.step(page, file)?.1.is_some() {
+                *rank = Some(d.rank);
+                *slot = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The count, once [`next_page`](Self::next_page) returned None.
+    pub fn count(&self) -> Option<u64> {
+        Some(self.upper_rank?.saturating_sub(self.lower_rank?))
+    }
+}
+
+fn open_node<'p>(page: &'p [u8], page_no: u64, level: u32, file: &Path) -> Result<NodeRef<'p>> {
+    let kind = if level == 0 {
+        PageKind::IndexLeaf
+    } else {
+        PageKind::IndexInner
+    };
+    verify_page(page, page_no, &[kind], file)?;
+    let node = NodeRef::parse(page, file, page_no)?;
+    if node.level() as u32 != level {
+        return Err(StorageError::corrupted(
+            file,
+            Some(page_no),
+            format!("node has level {}, expected {level}", node.level()),
+        ));
+    }
+    Ok(node)
+}

@@ -1,0 +1,229 @@
+//! One B+tree node per page: builder and accessor.
+//!
+//! ```text
+//! // Layout: B+tree node body (after the 24-byte common header, little endian)
+//! //   24..26  entry count n          u16
+//! //   26..28  level                  u16 (0 = leaf; the root has level height-1)
+//! //   28..36  next leaf page         u64 (leaves; NO_PAGE for the last leaf and inner nodes)
+//! //   36..    slot array: n x u16, the page offset of entry i, in key order
+//! //   entries, packed from the end of the page towards the slot array:
+//! //     leaf entry:  key length u16 | key bytes | row id u64
+//! //     inner entry: key length u16 | key bytes | child page u64 | entries under child u64
+//! //   an inner entry's key is the first key stored under its child
+//! ```
+//!
+//! Keys are the order-preserving encodings of `storage::key`; a row id is
+//! `heap page << 16 | slot` (see [`RowId`]).
+
+use std::path::Path;
+
+use crate::storage::error::{Result, StorageError};
+use crate::storage::page::{HEADER_LEN, PageKind, read_u16, read_u64};
+
+/// "No page": the next pointer of the last leaf.
+pub const NO_PAGE: u64 = u64::MAX;
+const NODE_HEADER: usize = HEADER_LEN + 12;
+
+/// A row's address: heap page number and slot within the page, packed in a u64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RowId(pub u64);
+
+impl RowId {
+    /// The row id of `slot` on heap page `page`.
+    pub fn new(page: u64, slot: u16) -> Self {
+        Self(page << 16 | slot as u64)
+    }
+    /// Heap page number.
+    pub fn page(self) -> u64 {
+        self.0 >> 16
+    }
+    /// Slot within the page.
+    pub fn slot(self) -> u16 {
+        self.0 as u16
+    }
+}
+
+/// Longest key a tree with pages of `page_size` accepts (keeps at least four entries a node).
+pub fn max_key_len(page_size: usize) -> usize {
+    (page_size - NODE_HEADER) / 4 - 2 - 2 - 16
+}
+
+/// Fills one node page entry by entry.
+#[derive(Debug)]
+pub struct NodeBuilder {
+    page: Vec<u8>,
+    count: usize,
+    data_start: usize,
+    level: u16,
+    first_key: Vec<u8>,
+    subtree_entries: u64,
+}
+
+impl NodeBuilder {
+    /// An empty node of `level` on a page of `page_size` bytes.
+    pub fn new(page_size: usize, level: u16) -> Self {
+        Self {
+            page: vec![0; page_size],
+            count: 0,
+            data_start: page_size,
+            level,
+            first_key: Vec::new(),
+            subtree_entries: 0,
+        }
+    }
+
+    /// Number of entries so far.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when no entry was added.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// First key of the node (empty for an empty node).
+    pub fn first_key(&self) -> &[u8] {
+        &self.first_key
+    }
+
+    /// Index entries stored under this node (leaf: its entries; inner: sum of its children).
+    pub fn subtree_entries(&self) -> u64 {
+        self.subtree_entries
+    }
+
+    /// Adds an entry if it fits; `value` is a row id (leaf) and `count` is 0, or a child page
+    /// and its subtree entry count (inner).
+    pub fn try_add(&mut self, key: &[u8], value: u64, count: u64) -> bool {
+        let value_len = if self.level == 0 { 8 } else { 16 };
+        let entry_len = 2 + key.len() + value_len;
+        let slots_end = NODE_HEADER + 2 * (self.count + 1);
+        if slots_end + entry_len > self.data_start {
+            return false;
+        }
+        let at = self.data_start - entry_len;
+        self.page[at..at + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        self.page[at + 2..at + 2 + key.len()].copy_from_slice(key);
+        let v = at + 2 + key.len();
+        self.page[v..v + 8].copy_from_slice(&value.to_le_bytes());
+        if self.level > 0 {
+            self.page[v + 8..v + 16].copy_from_slice(&count.to_le_bytes());
+        }
+        let slot = NODE_HEADER + 2 * self.count;
+        self.page[slot..slot + 2].copy_from_slice(&(at as u16).to_le_bytes());
+        if self.count == 0 {
+            self.first_key = key.to_vec();
+        }
+        self.count += 1;
+        self.data_start = at;
+        self.subtree_entries += if self.level == 0 { 1 } else { count };
+        true
+    }
+
+    /// The finished page body (header still to be sealed) with the given next-leaf pointer.
+    pub fn finish(mut self, next_leaf: u64) -> (Vec<u8>, PageKind) {
+        self.page[HEADER_LEN..HEADER_LEN + 2].copy_from_slice(&(self.count as u16).to_le_bytes());
+        self.page[HEADER_LEN + 2..HEADER_LEN + 4].copy_from_slice(&self.level.to_le_bytes());
+        self.page[HEADER_LEN + 4..HEADER_LEN + 12].copy_from_slice(&next_leaf.to_le_bytes());
+        let kind = if self.level == 0 {
+            PageKind::IndexLeaf
+        } else {
+            PageKind::IndexInner
+        };
+        (self.page, kind)
+    }
+}
+
+/// Read access to a verified node page; every slot is bounds-checked once in [`NodeRef::parse`].
+#[derive(Debug)]
+pub struct NodeRef<'a> {
+    page: &'a [u8],
+    entries: Vec<(usize, usize)>,
+    level: u16,
+    next_leaf: u64,
+}
+
+impl<'a> NodeRef<'a> {
+    /// Parses a node page whose header was verified; errors name `file` and `page_no`.
+    pub fn parse(page: &'a [u8], file: &Path, page_no: u64) -> Result<Self> {
+        let bad = |why: String| StorageError::corrupted(file, Some(page_no), why);
+        let count = read_u16(page, HEADER_LEN).ok_or_else(|| bad("no entry count".into()))?;
+        let level = read_u16(page, HEADER_LEN + 2).ok_or_else(|| bad("no level".into()))?;
+        let next_leaf = read_u64(page, HEADER_LEN + 4).ok_or_else(|| bad("no next".into()))?;
+        let value_len = if level == 0 { 8 } else { 16 };
+        let slots_end = NODE_HEADER + 2 * count as usize;
+        if slots_end > page.len() {
+            return Err(bad(format!("{count} entries overflow the page")));
+        }
+        let mut entries = Vec::with_capacity(count as usize);
+        for i in 0..count as usize {
+            let at = read_u16(page, NODE_HEADER + 2 * i).unwrap_or(0) as usize;
+            let key_len = read_u16(page, at).map(|l| l as usize);
+            match key_len {
+                Some(len) if at >= slots_end && at + 2 + len + value_len <= page.len() => {
+                    entries.push((at + 2, len))
+                }
+                _ => return Err(bad(format!("entry {i} at offset {at} is out of bounds"))),
+            }
+        }
+        Ok(Self {
+            page,
+            entries,
+            level,
+            next_leaf,
+        })
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the node has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Level (0 = leaf).
+    pub fn level(&self) -> u16 {
+        self.level
+    }
+
+    /// Next leaf page, or [`NO_PAGE`].
+    pub fn next_leaf(&self) -> u64 {
+        self.next_leaf
+    }
+
+    /// Key of entry `i` (`i < len()`).
+    pub fn key(&self, i: usize) -> &'a [u8] {
+        let (at, len) = self.entries[i];
+        &self.page[at..at + len]
+    }
+
+    /// Row id (leaf) or child page (inner) of entry `i`.
+    pub fn value(&self, i: usize) -> u64 {
+        let (at, len) = self.entries[i];
+        read_u64(self.page, at + len).unwrap_or(NO_PAGE)
+    }
+
+    /// Entries under the child of inner entry `i`.
+    pub fn child_entries(&self, i: usize) -> u64 {
+        let (at, len) = self.entries[i];
+        read_u64(self.page, at + len + 8).unwrap_or(0)
+    }
+
+    /// Index of the first entry for which `before(key)` is false, `before` being true for a
+    /// prefix of the entries (binary search).
+    pub fn partition_point(&self, before: impl Fn(&[u8]) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if before(self.key(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}

@@ -1,0 +1,386 @@
+//! Encoding and decoding of one heap page.
+//!
+//! ```text
+//! // Layout: heap page body (after the 24-byte common header, little endian)
+//! //   24..28   row count n                        u32
+//! //   28..32   column count c                     u32
+//! //   32..     column directory, 12 bytes a column:
+//! //              nulls offset   u32  (0: no nulls in this page; else a validity bitmap of
+//! //                                   ceil(n/8) bytes, LSB first, 1 = valid, as in Arrow)
+//! //              values offset  u32
+//! //              values length  u32
+//! //   then the regions, each starting on an 8-byte boundary, column by column:
+//! //     fixed width (ints, floats, dates, times, timestamps, decimals, fixed-size binary):
+//! //              n values of the type's width, little endian, as in an Arrow values buffer
+//! //     boolean: ceil(n/8) bytes of bits, LSB first
+//! //     strings and binary (Utf8, LargeUtf8, Utf8View, Binary, ...):
+//! //              n+1 u32 offsets from the start of the data, then the data bytes
+//! //   the rest of the page is zero
+//! ```
+//!
+//! Each region has exactly the bytes of the Arrow buffer it becomes, so decoding is a bounds
+//! check and a copy per column. Decoding validates offsets and UTF-8 (through Arrow's validating
+//! `ArrayData` builder) so damaged bytes give an error, not a panic.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayData, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::datatypes::{DataType, SchemaRef};
+
+use crate::storage::error::{Result, StorageError};
+use crate::storage::page::{HEADER_LEN, read_u32};
+
+const BODY_HEADER: usize = 8;
+const DIR_ENTRY: usize = 12;
+const REGION_ALIGN: usize = 8;
+
+/// How a column's values are laid out in a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnClass {
+    /// Fixed width in bytes.
+    Fixed(usize),
+    /// Bit-packed booleans.
+    Bool,
+    /// Offsets + bytes.
+    Var,
+}
+
+/// The layout class of `t`, or None if heap pages cannot store it.
+pub fn column_class(t: &DataType) -> Option<ColumnClass> {
+    use DataType::*;
+    Some(match t {
+        Boolean => ColumnClass::Bool,
+        Int8 | UInt8 => ColumnClass::Fixed(1),
+        Int16 | UInt16 | Float16 => ColumnClass::Fixed(2),
+        Int32 | UInt32 | Float32 | Date32 | Time32(_) | Decimal32(_, _) => ColumnClass::Fixed(4),
+        Int64
+        | UInt64
+        | Float64
+        | Date64
+        | Time64(_)
+        | Timestamp(_, _)
+        | Duration(_)
+        | Decimal64(_, _) => ColumnClass::Fixed(8),
+        Decimal128(_, _) => ColumnClass::Fixed(16),
+        Decimal256(_, _) => ColumnClass::Fixed(32),
+        FixedSizeBinary(w) if *w > 0 => ColumnClass::Fixed(*w as usize),
+        Utf8 | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView => ColumnClass::Var,
+        _ => return None,
+    })
+}
+
+fn align(n: usize) -> usize {
+    n.div_ceil(REGION_ALIGN) * REGION_ALIGN
+}
+
+/// Encoder/decoder of heap pages for one table schema.
+#[derive(Debug, Clone)]
+pub struct HeapCodec {
+    schema: SchemaRef,
+    classes: Vec<ColumnClass>,
+    page_size: usize,
+}
+
+impl HeapCodec {
+    /// A codec for `schema`; fails naming the first column whose type pages cannot store.
+    pub fn new(schema: SchemaRef, page_size: usize) -> Result<Self> {
+        let classes = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                column_class(f.data_type()).ok_or_else(|| StorageError::UnsupportedType {
+                    column: f.name().clone(),
+                    data_type: f.data_type().clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            schema,
+            classes,
+            page_size,
+        })
+    }
+
+    /// The table schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Column layout classes, in schema order.
+    pub fn classes(&self) -> &[ColumnClass] {
+        &self.classes
+    }
+
+    /// Bytes a page needs for `rows` rows whose variable-width columns hold `var_bytes` bytes
+    /// in all (an upper bound: every nullable column is counted with a bitmap, and the padding
+    /// after variable-width data as a full alignment unit).
+    pub fn bytes_needed(&self, rows: usize, var_bytes: usize) -> usize {
+        let mut total = HEADER_LEN + BODY_HEADER + DIR_ENTRY * self.classes.len();
+        for (class, field) in self.classes.iter().zip(self.schema.fields()) {
+            if field.is_nullable() {
+                total = align(total) + rows.div_ceil(8);
+            }
+            total = align(total)
+                + match class {
+                    ColumnClass::Fixed(w) => rows * w,
+                    ColumnClass::Bool => rows.div_ceil(8),
+                    ColumnClass::Var => 4 * (rows + 1),
+                };
+        }
+        let var_columns = self
+            .classes
+            .iter()
+            .filter(|c| **c == ColumnClass::Var)
+            .count();
+        total + var_bytes + REGION_ALIGN * var_columns
+    }
+
+    /// Writes the body of a heap page holding all rows of `batch` into `page` (zeroed, of the
+    /// codec's page size). The caller seals the header. Fails if the rows do not fit.
+    pub fn encode(&self, batch: &RecordBatch, page: &mut [u8]) -> Result<()> {
+        let n = batch.num_rows();
+        let ncols = self.classes.len();
+        let page_len = page.len();
+        let too_big = || {
+            StorageError::InvalidArgument(format!(
+                "{n} rows do not fit in a {page_len} byte page (a single row larger than a page \
+                 needs a larger ooode.page_size)"
+            ))
+        };
+        page[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&(n as u32).to_le_bytes());
+        page[HEADER_LEN + 4..HEADER_LEN + 8].copy_from_slice(&(ncols as u32).to_le_bytes());
+        let mut at = HEADER_LEN + BODY_HEADER + DIR_ENTRY * ncols;
+        for (c, (class, array)) in self.classes.iter().zip(batch.columns()).enumerate() {
+            let dir = HEADER_LEN + BODY_HEADER + DIR_ENTRY * c;
+            let mut nulls_at = 0usize;
+            if let Some(nulls) = array.logical_nulls().filter(|n| n.null_count() > 0) {
+                at = align(at);
+                let bits = nulls.inner().sliced();
+                let len = n.div_ceil(8);
+                page.get_mut(at..at + len)
+                    .ok_or_else(too_big)?
+                    .copy_from_slice(&bits.as_slice()[..len]);
+                nulls_at = at;
+                at += len;
+            }
+            at = align(at);
+            let values_at = at;
+            match class {
+                ColumnClass::Fixed(w) => {
+                    let data = array.to_data();
+                    let bytes =
+                        &data.buffers()[0].as_slice()[data.offset() * w..(data.offset() + n) * w];
+                    page.get_mut(at..at + bytes.len())
+                        .ok_or_else(too_big)?
+                        .copy_from_slice(bytes);
+                    at += bytes.len();
+                }
+                ColumnClass::Bool => {
+                    let bits = array.as_boolean().values().sliced();
+                    let len = n.div_ceil(8);
+                    page.get_mut(at..at + len)
+                        .ok_or_else(too_big)?
+                        .copy_from_slice(&bits.as_slice()[..len]);
+                    at += len;
+                }
+                ColumnClass::Var => {
+                    let offsets_len = 4 * (n + 1);
+                    let data_start = at + offsets_len;
+                    if data_start > page.len() {
+                        return Err(too_big());
+                    }
+                    let mut data_at = data_start;
+                    let mut fits = true;
+                    let mut row = 0usize;
+                    for_each_bytes(array.as_ref(), |value| {
+                        let off = (data_at - data_start) as u32;
+                        page[at + 4 * row..at + 4 * row + 4].copy_from_slice(&off.to_le_bytes());
+                        row += 1;
+                        match page.get_mut(data_at..data_at + value.len()) {
+                            Some(dst) if fits => {
+                                dst.copy_from_slice(value);
+                                data_at += value.len();
+                            }
+                            _ => fits = false,
+                        }
+                    });
+                    if !fits {
+                        return Err(too_big());
+                    }
+                    let end = (data_at - data_start) as u32;
+                    page[at + 4 * n..at + 4 * n + 4].copy_from_slice(&end.to_le_bytes());
+                    at = data_at;
+                }
+            }
+            page[dir..dir + 4].copy_from_slice(&(nulls_at as u32).to_le_bytes());
+            page[dir + 4..dir + 8].copy_from_slice(&(values_at as u32).to_le_bytes());
+            page[dir + 8..dir + 12].copy_from_slice(&((at - values_at) as u32).to_le_bytes());
+        }
+        if at > page.len() {
+            return Err(too_big());
+        }
+        Ok(())
+    }
+
+    /// Decodes the columns `projection` (indices into the table schema; all when None) of a
+    /// verified heap page. `file` and `page_no` name the page in errors.
+    pub fn decode(
+        &self,
+        page: &[u8],
+        projection: Option<&[usize]>,
+        file: &Path,
+        page_no: u64,
+    ) -> Result<RecordBatch> {
+        let bad = |why: String| StorageError::corrupted(file, Some(page_no), why);
+        let n = decode_row_count(page).ok_or_else(|| bad("no row count".into()))? as usize;
+        let ncols = read_u32(page, HEADER_LEN + 4).unwrap_or(0) as usize;
+        if ncols != self.classes.len() {
+            return Err(bad(format!(
+                "page has {ncols} columns, the table has {}",
+                self.classes.len()
+            )));
+        }
+        // A page cannot hold more rows than bits: bounds the allocations below.
+        if n > page.len() * 8 {
+            return Err(bad(format!("row count {n} larger than the page can hold")));
+        }
+        let all: Vec<usize>;
+        let projection = match projection {
+            Some(p) => p,
+            None => {
+                all = (0..ncols).collect();
+                &all
+            }
+        };
+        let mut columns = Vec::with_capacity(projection.len());
+        let mut fields = Vec::with_capacity(projection.len());
+        for &c in projection {
+            let field = self.schema.fields().get(c).ok_or_else(|| {
+                StorageError::InvalidArgument(format!("column index {c} out of range"))
+            })?;
+            let array = self
+                .decode_column(page, c, n)
+                .map_err(|why| bad(format!("column '{}': {why}", field.name())))?;
+            columns.push(array);
+            fields.push(field.clone());
+        }
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        RecordBatch::try_new_with_options(schema, columns, &options)
+            .map_err(|e| bad(format!("rows do not form a batch: {e}")))
+    }
+
+    fn decode_column(&self, page: &[u8], c: usize, n: usize) -> Result<ArrayRef, String> {
+        let dir = HEADER_LEN + BODY_HEADER + DIR_ENTRY * c;
+        let read = |at| {
+            read_u32(page, at)
+                .map(|v| v as usize)
+                .ok_or("directory out of page")
+        };
+        let (nulls_at, values_at, values_len) = (read(dir)?, read(dir + 4)?, read(dir + 8)?);
+        let region = |at: usize, len: usize| {
+            page.get(at..at.checked_add(len).ok_or("region overflows")?)
+                .ok_or_else(|| format!("region {at}+{len} outside the page"))
+        };
+        let nulls = if nulls_at == 0 {
+            None
+        } else {
+            let bits = Buffer::from_slice_ref(region(nulls_at, n.div_ceil(8))?);
+            Some(NullBuffer::new(BooleanBuffer::new(bits, 0, n)))
+        };
+        let field = &self.schema.fields()[c];
+        if nulls.is_some() && !field.is_nullable() {
+            return Err("nulls in a non-nullable column".into());
+        }
+        let values = region(values_at, values_len)?;
+        let expect_len = |want: usize| {
+            if values_len == want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "values region is {values_len} bytes, expected {want}"
+                ))
+            }
+        };
+        let target = field.data_type().clone();
+        let data = match self.classes[c] {
+            ColumnClass::Fixed(w) => {
+                expect_len(n * w)?;
+                ArrayData::builder(target.clone()).add_buffer(Buffer::from_slice_ref(values))
+            }
+            ColumnClass::Bool => {
+                expect_len(n.div_ceil(8))?;
+                ArrayData::builder(target.clone()).add_buffer(Buffer::from_slice_ref(values))
+            }
+            ColumnClass::Var => {
+                let offsets_len = 4 * (n + 1);
+                if values_len < offsets_len {
+                    return Err("offsets region shorter than the row count".into());
+                }
+                let stored = match target {
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+                    _ => DataType::Binary,
+                };
+                ArrayData::builder(stored)
+                    .add_buffer(Buffer::from_slice_ref(&values[..offsets_len]))
+                    .add_buffer(Buffer::from_slice_ref(&values[offsets_len..]))
+            }
+        };
+        let data = data
+            .len(n)
+            .nulls(nulls)
+            .build()
+            .map_err(|e| format!("invalid values: {e}"))?;
+        let array = arrow::array::make_array(data);
+        if array.data_type() == &target {
+            Ok(array)
+        } else {
+            arrow::compute::cast(&array, &target).map_err(|e| format!("cannot convert: {e}"))
+        }
+    }
+}
+
+/// Row count of a heap page (header field), without verifying the page.
+pub fn decode_row_count(page: &[u8]) -> Option<u32> {
+    read_u32(page, HEADER_LEN)
+}
+
+/// Calls `f` with the bytes of every value of a string or binary array, in order; nulls give an
+/// empty slice.
+pub(crate) fn for_each_bytes(array: &dyn Array, mut f: impl FnMut(&[u8])) {
+    macro_rules! each {
+        ($a:expr) => {{
+            let a = $a;
+            for i in 0..a.len() {
+                f(if a.is_null(i) {
+                    &[]
+                } else {
+                    a.value(i).as_ref()
+                })
+            }
+        }};
+    }
+    match array.data_type() {
+        DataType::Utf8 => each!(array.as_string::<i32>()),
+        DataType::LargeUtf8 => each!(array.as_string::<i64>()),
+        DataType::Utf8View => each!(array.as_string_view()),
+        DataType::Binary => each!(array.as_binary::<i32>()),
+        DataType::LargeBinary => each!(array.as_binary::<i64>()),
+        DataType::BinaryView => each!(array.as_binary_view()),
+        other => unreachable!("for_each_bytes on {other}: HeapCodec::new rejects it"),
+    }
+}
+
+/// Byte length of every value of a string or binary array (0 for nulls).
+pub(crate) fn value_lengths(array: &dyn Array) -> Vec<usize> {
+    let mut lens = Vec::with_capacity(array.len());
+    for_each_bytes(array, |v| lens.push(v.len()));
+    lens
+}
