@@ -240,7 +240,7 @@ fn damaged_heap_bodies_never_panic() {
             .wrapping_add(1442695040888963407);
         let mut p = page.to_vec();
         // Mostly the directory and region starts, where damage is most dangerous.
-        let pos = if x % 2 == 0 {
+        let pos = if x.is_multiple_of(2) {
             24 + (x >> 8) as usize % 64
         } else {
             24 + (x >> 8) as usize % (8192 - 24)

@@ -95,7 +95,8 @@ pub struct LoadProgress {
     pub elapsed: std::time::Duration,
 }
 
-type ProgressFn = Box<dyn FnMut(&LoadProgress) + Send>;
+/// A progress callback.
+pub type ProgressFn = Box<dyn FnMut(&LoadProgress) + Send>;
 
 struct IndexBuild {
     name: String,
@@ -202,7 +203,7 @@ impl TableWriter {
         } else {
             options.stripe_unit
         };
-        if stripe_unit % options.page_size != 0 {
+        if !stripe_unit.is_multiple_of(options.page_size) {
             return Err(StorageError::InvalidArgument(format!(
                 "stripe unit {stripe_unit} is not a multiple of the page size {}",
                 options.page_size
@@ -629,7 +630,7 @@ pub async fn load_stream<S, E>(
     schema: SchemaRef,
     mut stream: S,
     options: LoadOptions,
-    progress: Option<Box<dyn FnMut(&LoadProgress) + Send>>,
+    progress: Option<ProgressFn>,
 ) -> Result<Manifest>
 where
     S: Stream<Item = std::result::Result<RecordBatch, E>> + Unpin,

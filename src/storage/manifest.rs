@@ -191,7 +191,7 @@ impl Manifest {
         if self.data_paths.is_empty() {
             return Err(bad("no data paths".into()));
         }
-        if self.stripe_unit == 0 || self.stripe_unit % self.page_size != 0 {
+        if self.stripe_unit == 0 || !self.stripe_unit.is_multiple_of(self.page_size) {
             return Err(bad(format!(
                 "stripe unit {} is not a multiple of the page size",
                 self.stripe_unit

@@ -90,7 +90,7 @@ pub fn parse_page_size(text: &str) -> Result<usize> {
     let n: usize = digits.trim().parse().map_err(|_| {
         StorageError::InvalidArgument(format!("page size '{text}' is not a size like 8KiB"))
     })?;
-    let size = n.checked_mul(mult).unwrap_or(usize::MAX);
+    let size = n.saturating_mul(mult);
     validate_page_size(size)?;
     Ok(size)
 }

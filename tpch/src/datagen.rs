@@ -124,7 +124,10 @@ pub fn load_table(
     let parquet_path = data.parquet_file(t.name);
     std::fs::create_dir_all(parquet_path.parent().expect("parquet dir"))?;
     let parquet_tmp = parquet_path.with_extension("parquet.partial");
-    let props = ParquetWriterOptions::try_from(&TableParquetOptions::default())?
+    // DataFusion's own defaults, as its Parquet sink sets them up.
+    let mut parquet_options = TableParquetOptions::default();
+    parquet_options.arrow_schema(&schema);
+    let props = ParquetWriterOptions::try_from(&parquet_options)?
         .writer_options()
         .clone();
     let mut parquet =

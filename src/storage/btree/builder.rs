@@ -57,12 +57,11 @@ impl<S: PageSink> BTreeBuilder<S> {
                 self.page_size
             )));
         }
-        if !self.leaf.is_empty() || !self.children.is_empty() {
-            if key < self.last_key.as_slice() {
-                return Err(StorageError::InvalidArgument(
-                    "B+tree entries must be added in key order".into(),
-                ));
-            }
+        let started = !self.leaf.is_empty() || !self.children.is_empty();
+        if started && key < self.last_key.as_slice() {
+            return Err(StorageError::InvalidArgument(
+                "B+tree entries must be added in key order".into(),
+            ));
         }
         if !self.leaf.try_add(key, value, 0) {
             // Another entry follows, so the next leaf is the next page.

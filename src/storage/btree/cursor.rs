@@ -290,11 +290,11 @@ impl CountCursor {
         } else {
             (&mut self.upper, &mut self.upper_rank)
         };
-        if let Some(d) = slot {
-            if d.step(page, file)?.1.is_some() {
-                *rank = Some(d.rank);
-                *slot = None;
-            }
+        if let Some(d) = slot
+            && d.step(page, file)?.1.is_some()
+        {
+            *rank = Some(d.rank);
+            *slot = None;
         }
         Ok(())
     }
