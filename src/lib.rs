@@ -6,6 +6,7 @@
 //!
 //! This crate holds the engine's lower layers:
 //! - [`storage`]: the table format (pages, manifest, B+tree indexes, heap codec) and the loader.
+//! - [`io`]: page reads (io_uring, pread, object_store), the buffer pool and I/O metrics.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -36,4 +37,5 @@
 
 #![warn(missing_docs)]
 
+pub mod io;
 pub mod storage;

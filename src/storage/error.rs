@@ -82,6 +82,46 @@ impl StorageError {
         }
     }
 
+    /// An equal error for another waiter of the same failed read (errors are not `Clone`:
+    /// an I/O error keeps its kind and message).
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Io { path, op, source } => Self::Io {
+                path: path.clone(),
+                op: op.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Self::Corrupted { file, page, why } => Self::Corrupted {
+                file: file.clone(),
+                page: *page,
+                why: why.clone(),
+            },
+            Self::FormatVersion {
+                file,
+                page,
+                found,
+                expected,
+            } => Self::FormatVersion {
+                file: file.clone(),
+                page: *page,
+                found: *found,
+                expected: *expected,
+            },
+            Self::UnsupportedType { column, data_type } => Self::UnsupportedType {
+                column: column.clone(),
+                data_type: data_type.clone(),
+            },
+            Self::NotATable { path, why } => Self::NotATable {
+                path: path.clone(),
+                why: why.clone(),
+            },
+            Self::AlreadyExists { path } => Self::AlreadyExists { path: path.clone() },
+            Self::InvalidArgument(m) => Self::InvalidArgument(m.clone()),
+            Self::Arrow(e) => Self::Input(e.to_string()),
+            Self::Input(m) => Self::Input(m.clone()),
+        }
+    }
+
     /// A [`StorageError::Io`] for `path` while doing `op`.
     pub fn io(path: impl Into<PathBuf>, op: impl Into<String>, source: std::io::Error) -> Self {
         Self::Io {

@@ -1,0 +1,118 @@
+//! A fault-injecting engine wrapper for tests: errors, short reads, corruption and delays on
+//! chosen pages, everything else passed through.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use parking_lot::Mutex;
+
+use super::buf::PageBuf;
+use super::metrics::IoMetrics;
+use super::{FileId, IoEngine, ReadFuture};
+use crate::storage::page::AlignedBuf;
+use crate::storage::{Result, StorageError};
+
+/// What to do to a read.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Fail with this OS error number (e.g. `libc::EIO`).
+    Error(i32),
+    /// Return only the first `n` bytes (reported as a short read).
+    ShortRead(usize),
+    /// Flip the bits of the byte at this offset within the page.
+    Corrupt(usize),
+    /// Complete after this delay.
+    Delay(Duration),
+}
+
+/// Wraps an engine and applies [`Fault`]s to reads of chosen (file, offset) pairs.
+#[derive(Debug)]
+pub struct FaultyEngine {
+    inner: Arc<dyn IoEngine>,
+    faults: Mutex<HashMap<(PathBuf, u64), Fault>>,
+}
+
+impl FaultyEngine {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn IoEngine>) -> Self {
+        Self {
+            inner,
+            faults: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Applies `fault` to every read of `offset` in file `path` from now on.
+    pub fn inject(&self, path: &Path, offset: u64, fault: Fault) {
+        let key = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        self.faults.lock().insert((key, offset), fault);
+    }
+
+    /// Removes all faults.
+    pub fn clear(&self) {
+        self.faults.lock().clear();
+    }
+}
+
+impl IoEngine for FaultyEngine {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+
+    fn open(&self, path: &Path) -> Result<FileId> {
+        self.inner.open(path)
+    }
+
+    fn path(&self, file: FileId) -> PathBuf {
+        self.inner.path(file)
+    }
+
+    fn read(&self, file: FileId, offset: u64, len: usize) -> ReadFuture {
+        let path = self.inner.path(file);
+        let fault = self.faults.lock().get(&(path.clone(), offset)).cloned();
+        let read = self.inner.read(file, offset, len);
+        match fault {
+            None => read,
+            Some(Fault::Error(errno)) => {
+                // The real read still runs (and completes), as a failing device would.
+                drop(read);
+                let err = StorageError::io(
+                    path,
+                    format!("read {len} bytes at offset {offset}"),
+                    std::io::Error::from_raw_os_error(errno),
+                );
+                futures::future::ready(Err(err)).boxed()
+            }
+            Some(Fault::ShortRead(n)) => async move {
+                read.await?;
+                Err(super::files::short_read(&path, offset, len, n.min(len)))
+            }
+            .boxed(),
+            Some(Fault::Corrupt(at)) => async move {
+                let page = read.await?;
+                let mut copy = AlignedBuf::zeroed(page.len());
+                copy.copy_from_slice(&page);
+                if let Some(b) = copy.get_mut(at) {
+                    *b ^= 0xFF;
+                }
+                Ok(PageBuf::new(copy, None))
+            }
+            .boxed(),
+            Some(Fault::Delay(d)) => async move {
+                tokio::time::sleep(d).await;
+                read.await
+            }
+            .boxed(),
+        }
+    }
+
+    fn metrics(&self) -> &Arc<IoMetrics> {
+        self.inner.metrics()
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight()
+    }
+}

@@ -1,0 +1,198 @@
+//! I/O counters: per engine, per query or per plan node, and a sampler of IOPS and CPU over time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Counters of page reads. All methods are lock-free; one set can be shared by many tasks.
+#[derive(Debug, Default)]
+pub struct IoMetrics {
+    reads: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    hits: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+    depth_sum: AtomicU64,
+    read_nanos: AtomicU64,
+}
+
+/// A snapshot of [`IoMetrics`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct IoSnapshot {
+    /// Reads issued to the device.
+    pub reads: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Reads that failed.
+    pub errors: u64,
+    /// Pages served from the buffer pool (or joined to a read already in flight).
+    pub hits: u64,
+    /// Reads in flight now.
+    pub in_flight: u64,
+    /// Most reads in flight at once.
+    pub max_in_flight: u64,
+    /// Mean reads in flight, seen by each read as it was issued (itself included).
+    pub mean_in_flight: f64,
+    /// Total time reads were outstanding, summed over reads.
+    pub read_time: Duration,
+}
+
+impl IoMetrics {
+    /// New zeroed counters.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Marks a read as issued; returns a guard that marks it complete when dropped.
+    pub fn start_read(self: &Arc<Self>) -> ReadGuard {
+        let depth = self.in_flight.fetch_add(1, Relaxed) + 1;
+        self.max_in_flight.fetch_max(depth, Relaxed);
+        self.depth_sum.fetch_add(depth, Relaxed);
+        self.reads.fetch_add(1, Relaxed);
+        ReadGuard {
+            metrics: self.clone(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts a buffer pool hit.
+    pub fn hit(&self) {
+        self.hits.fetch_add(1, Relaxed);
+    }
+
+    /// Current values.
+    pub fn snapshot(&self) -> IoSnapshot {
+        let reads = self.reads.load(Relaxed);
+        IoSnapshot {
+            reads,
+            bytes: self.bytes.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            hits: self.hits.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+            max_in_flight: self.max_in_flight.load(Relaxed),
+            mean_in_flight: if reads == 0 {
+                0.0
+            } else {
+                self.depth_sum.load(Relaxed) as f64 / reads as f64
+            },
+            read_time: Duration::from_nanos(self.read_nanos.load(Relaxed)),
+        }
+    }
+
+    /// Resets the high-water mark of reads in flight (between benchmark runs).
+    pub fn reset_max_in_flight(&self) {
+        self.max_in_flight
+            .store(self.in_flight.load(Relaxed), Relaxed);
+    }
+}
+
+/// An outstanding read; dropping it completes the read in the counters.
+#[derive(Debug)]
+pub struct ReadGuard {
+    metrics: Arc<IoMetrics>,
+    started: Instant,
+}
+
+impl ReadGuard {
+    /// Completes the read: `Some(bytes)` on success, None on failure.
+    pub fn finish(self, bytes: Option<usize>) {
+        match bytes {
+            Some(b) => self.metrics.bytes.fetch_add(b as u64, Relaxed),
+            None => self.metrics.errors.fetch_add(1, Relaxed),
+        };
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        self.metrics.in_flight.fetch_sub(1, Relaxed);
+        let nanos = self.started.elapsed().as_nanos() as u64;
+        self.metrics.read_nanos.fetch_add(nanos, Relaxed);
+    }
+}
+
+/// One sample of the [`Sampler`].
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Sample {
+    /// Seconds since the sampler started.
+    pub t: f64,
+    /// Reads per second over the last interval.
+    pub iops: f64,
+    /// Process CPU use over the last interval, in percent of one core.
+    pub cpu_percent: f64,
+    /// Reads in flight at the sample.
+    pub in_flight: u64,
+}
+
+/// Samples IOPS (from an [`IoMetrics`]) and process CPU on a background thread.
+#[derive(Debug)]
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<Sample>>>,
+}
+
+/// CPU time of this process (user + system).
+pub fn process_cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    // SAFETY: getrusage returned 0, so the struct is initialized.
+    let usage = unsafe { usage.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+impl Sampler {
+    /// Starts sampling `metrics` every `interval`.
+    pub fn start(metrics: Arc<IoMetrics>, interval: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ooode-io-sampler".into())
+            .spawn(move || {
+                let start = Instant::now();
+                let mut samples = Vec::new();
+                let (mut last_t, mut last_reads, mut last_cpu) =
+                    (start, metrics.snapshot().reads, process_cpu_time());
+                while !flag.load(Relaxed) {
+                    std::thread::sleep(interval);
+                    let now = Instant::now();
+                    let snap = metrics.snapshot();
+                    let cpu = process_cpu_time();
+                    let dt = (now - last_t).as_secs_f64().max(1e-9);
+                    samples.push(Sample {
+                        t: (now - start).as_secs_f64(),
+                        iops: (snap.reads - last_reads) as f64 / dt,
+                        cpu_percent: (cpu.saturating_sub(last_cpu)).as_secs_f64() / dt * 100.0,
+                        in_flight: snap.in_flight,
+                    });
+                    (last_t, last_reads, last_cpu) = (now, snap.reads, cpu);
+                }
+                samples
+            })
+            .expect("spawn sampler thread");
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; returns the samples.
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}

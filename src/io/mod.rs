@@ -1,0 +1,111 @@
+//! Layer 2: getting pages from the flash array into memory.
+//!
+//! ```text
+//!   TableIo (page numbers of a table's segments -> file + offset, checksum verification)
+//!      │
+//!   BufferPool (byte budget, CLOCK with a hint for B+tree inner nodes, single-flight reads)
+//!      │ misses
+//!   dyn IoEngine: UringEngine (io_uring, O_DIRECT, deep queues; default on Linux)
+//!                 SyncEngine  (pread, one read at a time: the in-order baseline and fallback)
+//!                 ObjectStoreEngine (ranged GETs)
+//!                 FaultyEngine (wraps any engine; injects errors, short reads, delays)
+//! ```
+//!
+//! The engine trait is tiny: open a file, read `len` bytes at `offset` as a `'static` future.
+//! Buffers are page-aligned and owned by the engine while the kernel may write to them, so a
+//! read future that is dropped before completion leaks nothing and corrupts nothing: the
+//! engine finishes the read and recycles the buffer.
+
+pub mod buf;
+pub mod fault;
+pub mod files;
+pub mod metrics;
+pub mod object_store_engine;
+pub mod pool;
+pub mod sync_engine;
+pub mod table_io;
+pub mod uring;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+pub use buf::PageBuf;
+pub use fault::{Fault, FaultyEngine};
+pub use metrics::{IoMetrics, IoSnapshot, Sample, Sampler};
+pub use object_store_engine::ObjectStoreEngine;
+pub use pool::{BufferPool, PageHint, PoolStats};
+pub use sync_engine::SyncEngine;
+pub use table_io::TableIo;
+pub use uring::{UringConfig, UringEngine};
+
+use crate::storage::Result;
+
+/// A file opened in an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(pub u32);
+
+/// A page read in progress. `'static`: it can be spawned, stored, or dropped at any time.
+pub type ReadFuture = BoxFuture<'static, Result<PageBuf>>;
+
+/// Reads byte ranges (pages) of files.
+pub trait IoEngine: Send + Sync + std::fmt::Debug {
+    /// Short name ("io_uring", "pread", ...).
+    fn name(&self) -> &'static str;
+
+    /// Opens (or finds the already opened) file at `path`.
+    fn open(&self, path: &Path) -> Result<FileId>;
+
+    /// Path of an opened file.
+    fn path(&self, file: FileId) -> PathBuf;
+
+    /// Reads `len` bytes at `offset` (both multiples of 4 KiB for O_DIRECT).
+    fn read(&self, file: FileId, offset: u64, len: usize) -> ReadFuture;
+
+    /// Reads several ranges; engines that can submit a batch at once override this.
+    fn read_batch(&self, reads: &[(FileId, u64, usize)]) -> Vec<ReadFuture> {
+        reads
+            .iter()
+            .map(|&(f, off, len)| self.read(f, off, len))
+            .collect()
+    }
+
+    /// The engine's own counters (all reads it served).
+    fn metrics(&self) -> &Arc<IoMetrics>;
+
+    /// Most reads the engine keeps in flight.
+    fn max_in_flight(&self) -> usize;
+}
+
+/// How to pick an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// io_uring if the kernel allows it, else pread (said once on stderr).
+    Auto,
+    /// io_uring only.
+    Uring,
+    /// Synchronous pread.
+    Sync,
+}
+
+/// The default engine: io_uring with `max_in_flight` reads in flight, falling back to pread
+/// where io_uring cannot be set up (no kernel support, blocked by seccomp).
+pub fn default_engine(max_in_flight: usize, direct: bool) -> Arc<dyn IoEngine> {
+    match UringEngine::new(UringConfig {
+        max_in_flight,
+        direct,
+    }) {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                eprintln!(
+                    "ooode: io_uring is not available ({e}); falling back to synchronous pread, \
+                     one read at a time"
+                )
+            });
+            Arc::new(SyncEngine::new(direct))
+        }
+    }
+}

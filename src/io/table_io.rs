@@ -1,0 +1,191 @@
+//! A table's pages through an engine and the buffer pool, verified.
+//!
+//! Maps (segment, page number) to (file, offset) with the table's striping, reads through the
+//! [`BufferPool`] (so concurrent requests share one read and cached pages cost nothing), and
+//! checks each page's header and checksum once, when it arrives: cached pages are verified.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use super::buf::PageBuf;
+use super::metrics::IoMetrics;
+use super::pool::{BufferPool, PageHint};
+use super::{FileId, IoEngine};
+use crate::storage::page::{PageKind, verify_page};
+use crate::storage::segment::{SegmentReader, Striping};
+use crate::storage::{Result, StorageError, Table};
+
+#[derive(Debug)]
+struct SegmentFiles {
+    files: Vec<FileId>,
+    striping: Striping,
+    pages: u64,
+    leaf_pages: u64,
+}
+
+impl SegmentFiles {
+    fn open(
+        engine: &dyn IoEngine,
+        segment: &SegmentReader,
+        name: &str,
+        leaf_pages: u64,
+    ) -> Result<Self> {
+        let striping = segment.striping().clone();
+        let files = (0..striping.dirs.len())
+            .map(|i| engine.open(&striping.file(name, i)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            files,
+            striping,
+            pages: segment.pages(),
+            leaf_pages,
+        })
+    }
+}
+
+/// Reads the pages of one table.
+#[derive(Debug)]
+pub struct TableIo {
+    table: Arc<Table>,
+    engine: Arc<dyn IoEngine>,
+    pool: Arc<BufferPool>,
+    heap: SegmentFiles,
+    indexes: Vec<SegmentFiles>,
+}
+
+impl TableIo {
+    /// Opens the files of `table` in `engine`.
+    pub fn open(
+        table: Arc<Table>,
+        engine: Arc<dyn IoEngine>,
+        pool: Arc<BufferPool>,
+    ) -> Result<Self> {
+        let heap = SegmentFiles::open(
+            engine.as_ref(),
+            table.heap(),
+            crate::storage::loader::HEAP_SEGMENT,
+            0,
+        )?;
+        let indexes = table
+            .indexes()
+            .iter()
+            .map(|i| {
+                SegmentFiles::open(
+                    engine.as_ref(),
+                    &i.segment,
+                    &i.meta.segment,
+                    i.meta.tree.leaf_pages,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            table,
+            engine,
+            pool,
+            heap,
+            indexes,
+        })
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<dyn IoEngine> {
+        &self.engine
+    }
+
+    /// The buffer pool.
+    pub fn pool(&self) -> &Arc<BufferPool> {
+        &self.pool
+    }
+
+    /// Heap page `page_no`, verified; reads are counted in `metrics`.
+    pub async fn heap_page(&self, page_no: u64, metrics: &Arc<IoMetrics>) -> Result<PageBuf> {
+        self.read(&self.heap, page_no, PageHint::Data, PageKind::Heap, metrics)
+            .await
+    }
+
+    /// Page `page_no` of the `index`-th index (in manifest order), verified.
+    pub async fn index_page(
+        &self,
+        index: usize,
+        page_no: u64,
+        metrics: &Arc<IoMetrics>,
+    ) -> Result<PageBuf> {
+        let seg = self.indexes.get(index).ok_or_else(|| {
+            StorageError::InvalidArgument(format!("table has no index number {index}"))
+        })?;
+        let (hint, kind) = if page_no < seg.leaf_pages {
+            (PageHint::IndexLeaf, PageKind::IndexLeaf)
+        } else {
+            (PageHint::IndexInner, PageKind::IndexInner)
+        };
+        self.read(seg, page_no, hint, kind, metrics).await
+    }
+
+    /// The file holding heap page `page_no` (for error messages).
+    pub fn heap_file(&self, page_no: u64) -> std::path::PathBuf {
+        self.heap.striping.file(
+            crate::storage::loader::HEAP_SEGMENT,
+            self.heap.striping.locate(page_no).0,
+        )
+    }
+
+    async fn read(
+        &self,
+        seg: &SegmentFiles,
+        page_no: u64,
+        hint: PageHint,
+        kind: PageKind,
+        metrics: &Arc<IoMetrics>,
+    ) -> Result<PageBuf> {
+        let (path_idx, offset) = seg.striping.locate(page_no);
+        let file = seg.files[path_idx];
+        if page_no >= seg.pages {
+            return Err(StorageError::corrupted(
+                self.engine.path(file),
+                Some(page_no),
+                format!("page {page_no} is past the segment's {} pages", seg.pages),
+            ));
+        }
+        let len = seg.striping.page_size;
+        let engine = self.engine.clone();
+        let node_metrics = metrics.clone();
+        let load = move || {
+            let guard = node_metrics.start_read();
+            let path = engine.path(file);
+            engine
+                .read(file, offset, len)
+                .map(move |r| {
+                    let r = r.map_err(|e| page_error(e, page_no)).and_then(|page| {
+                        verify_page(&page, page_no, &[kind], &path)?;
+                        Ok(page)
+                    });
+                    guard.finish(r.as_ref().ok().map(|_| len));
+                    r
+                })
+                .boxed()
+        };
+        let (page, cached) = self.pool.get((file, offset), len, hint, load).await?;
+        if cached {
+            metrics.hit();
+        }
+        Ok(page)
+    }
+}
+
+/// Names the page in a short-read error (a truncated file).
+fn page_error(e: StorageError, page_no: u64) -> StorageError {
+    match e {
+        StorageError::Io { path, source, .. }
+            if source.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            StorageError::corrupted(path, Some(page_no), format!("file is truncated: {source}"))
+        }
+        other => other,
+    }
+}
