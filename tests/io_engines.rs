@@ -39,14 +39,14 @@ fn engines(dir: &Path, data: &[u8]) -> Vec<Arc<dyn IoEngine>> {
         Arc::new(
             UringEngine::new(UringConfig {
                 max_in_flight: 256,
-                direct: true,
+                ..Default::default()
             })
             .unwrap(),
         ),
         Arc::new(
             UringEngine::new(UringConfig {
                 max_in_flight: 4096,
-                direct: true,
+                ..Default::default()
             })
             .unwrap(),
         ),

@@ -57,7 +57,11 @@ impl FileTable {
 
     /// The open file `id`.
     pub fn file(&self, id: FileId) -> Option<Arc<File>> {
-        self.inner.read().by_id.get(id.0 as usize).map(|f| f.1.clone())
+        self.inner
+            .read()
+            .by_id
+            .get(id.0 as usize)
+            .map(|f| f.1.clone())
     }
 }
 

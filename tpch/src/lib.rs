@@ -1,4 +1,6 @@
-//! TPC-H for ooode: data generation and loading (ooode tables and the Parquet baseline).
+//! TPC-H for ooode: data generation and loading (ooode tables and the Parquet baseline), and
+//! the I/O benchmark against fio.
 
 pub mod datagen;
+pub mod iobench;
 pub mod tables;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use ooode_tpch::datagen::{DataSet, default_root, ensure_dataset, format_load_reports};
+use ooode_tpch::iobench::{self, IoBenchOptions};
 
 #[derive(Parser)]
 #[command(name = "ooode-tpch", about = "TPC-H data and benchmarks for ooode")]
@@ -26,6 +27,27 @@ enum Command {
         #[arg(long)]
         force: bool,
         /// Also write the load report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Random page reads through each I/O engine at several queue depths, next to fio.
+    Iobench {
+        /// File to read (default: the lineitem heap of data/sf<SF>).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Scale factor of the default file.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Block size in bytes (the table's page size).
+        #[arg(long, default_value_t = 8192)]
+        page_size: usize,
+        /// Queue depths for io_uring.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256,1024")]
+        depths: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Also write the points as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -53,6 +75,42 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
             if let Some(path) = json {
                 std::fs::write(path, serde_json::to_string_pretty(&reports)?)?;
+            }
+        }
+        Command::Iobench {
+            file,
+            sf,
+            page_size,
+            depths,
+            seconds,
+            json,
+        } => {
+            let file = match file {
+                Some(f) => f,
+                None => {
+                    let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+                    ensure_dataset(&data, false)?;
+                    data.ooode_table("lineitem").join("heap.0.pages")
+                }
+            };
+            let opts = IoBenchOptions {
+                file,
+                page_size,
+                depths,
+                secs: seconds,
+            };
+            // No I/O driver: completions wake the benchmark thread through a futex, not epoll.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()?;
+            let points = runtime.block_on(iobench::run(&opts))?;
+            println!(
+                "Random {page_size}-byte reads of {} (O_DIRECT, cold):\n{}",
+                opts.file.display(),
+                iobench::format_points(&points)
+            );
+            if let Some(path) = json {
+                std::fs::write(path, serde_json::to_string_pretty(&points)?)?;
             }
         }
     }

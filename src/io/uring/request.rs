@@ -34,19 +34,3 @@ pub struct InFlight {
     /// Counts the read as in flight until dropped.
     pub guard: ReadGuard,
 }
-
-/// Messages to the ring thread.
-#[derive(Debug)]
-pub enum Command {
-    /// Read a page.
-    Read(ReadOp),
-    /// Make file slot `slot` refer to `fd` in the ring's registered file table.
-    Register {
-        /// Slot in the registered file table (the file id).
-        slot: u32,
-        /// Raw descriptor.
-        fd: i32,
-    },
-    /// Stop using registered files (a file id beyond the registered table was opened).
-    PlainDescriptors,
-}

@@ -1,44 +1,60 @@
-//! The ring thread: owns the io_uring instance, submits queued reads, reaps completions.
+//! The ring: reads are submitted by the tasks that ask for them; one completion thread waits
+//! for the kernel and hands each finished page to its waiting task.
 //!
 //! ```text
-//!            tasks                      ring thread
-//!   read() ──push──> queue ──drain (up to max in flight)──> SQ ──> kernel
-//!          └─ eventfd write if the ring thread sleeps        │
-//!   future <── oneshot ── complete <── CQ <──────────────────┘
+//!   task: read() ──lock──> tracker.insert(op) + push SQE ──unlock──> io_uring_enter(submit)
+//!          (at the in-flight limit the op waits in `overflow` instead)
+//!                                                                     │ kernel
+//!   completion thread: io_uring_enter(wait for 1) <──────────────────┘
+//!          ──lock──> take finished ops from the tracker, move overflow into the SQ ──unlock──>
+//!          send each page on its oneshot ──> the waiting task wakes
 //! ```
 //!
-//! The thread sleeps in `submit_and_wait(1)`. A read of an eventfd is always armed in the ring,
-//! so a task that queues work while the thread sleeps wakes it by writing the eventfd; the
-//! thread announces it is about to sleep (`sleeping`) and checks the queue once more before
-//! sleeping, so no wake-up is lost.
+//! The tracker owns each read's buffer and file from submission to completion, so a reader
+//! that gives up (drops its future) cannot free memory the kernel still writes to: the
+//! completion finds the reply channel closed and the buffer goes back to the recycler.
 
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
-use io_uring::{IoUring, opcode, types};
+use io_uring::{IoUring, opcode, squeue, types};
 use parking_lot::Mutex;
 
-use super::request::{Command, InFlight, ReadOp};
+use super::request::{InFlight, ReadOp};
 use crate::io::buf::{PageBuf, Recycler};
 use crate::io::files::{FileTable, short_read};
 use crate::io::metrics::IoMetrics;
 use crate::storage::StorageError;
 
-const EVENTFD_TOKEN: u64 = u64::MAX;
+/// `IORING_ENTER_GETEVENTS` of io_uring_enter(2): wait for completions.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+/// user_data of the no-op that wakes the completion thread.
+const WAKE_TOKEN: u64 = u64::MAX;
 
-/// State shared by the engine handle and the ring thread.
-#[derive(Debug)]
+/// Reads handed to the kernel, and reads waiting for room.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    in_flight: usize,
+    overflow: VecDeque<ReadOp>,
+}
+
+/// State shared by the engine handle, the reading tasks and the completion thread.
 pub struct Shared {
-    /// Commands not yet taken by the ring thread.
-    pub queue: Mutex<VecDeque<Command>>,
-    /// The ring thread is (about to be) asleep in the kernel.
-    pub sleeping: AtomicBool,
+    /// The ring. Submissions happen under `tracker`'s lock; only the completion thread reads
+    /// the completion queue.
+    pub ring: IoUring,
+    /// In-flight reads and the overflow queue; also serializes pushes to the submission queue.
+    pub tracker: Mutex<Tracker>,
+    /// Most reads in flight.
+    pub max_in_flight: usize,
+    /// Use registered files (cleared if the kernel refuses an update).
+    pub use_fixed: AtomicBool,
     /// Set when the engine is dropped.
     pub shutdown: AtomicBool,
-    /// Wakes the ring thread.
-    pub eventfd: std::os::fd::OwnedFd,
     /// Engine counters.
     pub metrics: Arc<IoMetrics>,
     /// Paths for error messages.
@@ -48,160 +64,137 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Queues a command and wakes the ring thread if it sleeps.
-    pub fn submit(&self, cmd: Command) {
-        self.queue.lock().push_back(cmd);
-        if self.sleeping.load(SeqCst) {
-            self.wake();
-        }
-    }
-
-    /// Wakes the ring thread.
-    pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to an eventfd we own.
-        unsafe {
-            libc::write(
-                self.eventfd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            );
-        }
-    }
-}
-
-/// Reads the ring thread is tracking.
-struct Tracker {
-    slots: Vec<Option<InFlight>>,
-    free: Vec<usize>,
-    in_flight: usize,
-    efd_armed: bool,
-}
-
-impl Tracker {
-    fn insert(&mut self, read: InFlight) -> usize {
-        let idx = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.slots.len() - 1
-        });
-        self.slots[idx] = Some(read);
-        self.in_flight += 1;
-        idx
-    }
-
-    fn reap(&mut self, ring: &mut IoUring, shared: &Shared) {
-        for cqe in ring.completion() {
-            let token = cqe.user_data();
-            if token == EVENTFD_TOKEN {
-                self.efd_armed = false;
-                continue;
+    /// Submits `op`, or queues it when the in-flight limit is reached.
+    pub fn submit(&self, op: ReadOp) {
+        {
+            let mut t = self.tracker.lock();
+            if t.in_flight >= self.max_in_flight || !t.overflow.is_empty() {
+                t.overflow.push_back(op);
+                return;
             }
-            let Some(done) = self.slots.get_mut(token as usize).and_then(Option::take) else {
-                continue;
-            };
-            self.free.push(token as usize);
-            self.in_flight -= 1;
-            complete(done, cqe.result(), shared);
+            self.push(&mut t, op);
         }
+        self.enter_submit();
     }
-}
 
-/// Runs the ring until shutdown and every in-flight read has completed.
-pub fn run(mut ring: IoUring, shared: Arc<Shared>, max_in_flight: usize, fixed_files: bool) {
-    let mut t = Tracker {
-        slots: Vec::new(),
-        free: Vec::new(),
-        in_flight: 0,
-        efd_armed: false,
-    };
-    let mut efd_buf = Box::new(0u64);
-    let mut use_fixed = fixed_files;
-    loop {
-        if !t.efd_armed && !shared.shutdown.load(SeqCst) {
-            let sqe = opcode::Read::new(
-                types::Fd(shared.eventfd.as_raw_fd()),
-                (&mut *efd_buf as *mut u64).cast(),
-                8,
+    /// Hands pushed entries to the kernel.
+    fn enter_submit(&self) {
+        if let Err(e) = self.ring.submit()
+            && !matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
             )
-            .build()
-            .user_data(EVENTFD_TOKEN);
-            // SAFETY: efd_buf is boxed and outlives the read: before returning, the loop
-            // below completes an armed eventfd read (by writing the eventfd) and reaps it.
-            if unsafe { ring.submission().push(&sqe) }.is_ok() {
-                t.efd_armed = true;
-            }
-        }
-        // Move queued commands into the submission queue.
-        let mut queue = shared.queue.lock();
-        while t.in_flight < max_in_flight {
-            let Some(cmd) = queue.pop_front() else { break };
-            match cmd {
-                Command::Register { slot, fd } => {
-                    if use_fixed && ring.submitter().register_files_update(slot, &[fd]).is_err() {
-                        // Old kernel or exhausted table: plain descriptors work everywhere.
-                        use_fixed = false;
-                    }
-                }
-                Command::PlainDescriptors => use_fixed = false,
-                Command::Read(mut op) => {
-                    let len = op.buf.len() as u32;
-                    let ptr = op.buf.as_mut_ptr();
-                    let read = if use_fixed {
-                        opcode::Read::new(types::Fixed(op.file.0), ptr, len)
-                    } else {
-                        opcode::Read::new(types::Fd(op.fd.as_raw_fd()), ptr, len)
-                    };
-                    let guard = shared.metrics.start_read();
-                    let offset = op.offset;
-                    let idx = t.insert(InFlight { op, guard });
-                    let entry = read.offset(offset).build().user_data(idx as u64);
-                    // SAFETY: the buffer and the file stay in the tracker (owned by this
-                    // thread) until the completion for `idx` is reaped, so the kernel never
-                    // writes to freed memory or reads a closed descriptor.
-                    while unsafe { ring.submission().push(&entry) }.is_err() {
-                        // Submission queue full: hand what is there to the kernel.
-                        drop(ring.submit());
-                    }
-                }
-            }
-        }
-        drop(queue);
-        if shared.shutdown.load(SeqCst) && t.in_flight == 0 && shared.queue.lock().is_empty() {
-            break;
-        }
-        shared.sleeping.store(true, SeqCst);
-        // Checked after announcing sleep: a command queued before this point is seen here,
-        // one queued after it finds `sleeping` set and writes the eventfd.
-        let more = {
-            let q = shared.queue.lock();
-            !q.is_empty() && t.in_flight < max_in_flight
-        };
-        let stopping = shared.shutdown.load(SeqCst) && t.in_flight == 0;
-        let wait = if more || stopping { 0 } else { 1 };
-        if let Err(e) = ring.submit_and_wait(wait)
-            && e.raw_os_error() != Some(libc::EINTR)
         {
             eprintln!("ooode: io_uring submit failed: {e}");
         }
-        shared.sleeping.store(false, SeqCst);
-        t.reap(&mut ring, &shared);
     }
-    // The eventfd read must not outlive efd_buf: complete it and reap it.
-    while t.efd_armed {
-        shared.wake();
-        if ring.submit_and_wait(1).is_err() {
-            break;
+
+    /// Records `op` as in flight and pushes its SQE. Caller holds the tracker lock.
+    fn push(&self, t: &mut Tracker, mut op: ReadOp) {
+        let len = op.buf.len() as u32;
+        let ptr = op.buf.as_mut_ptr();
+        let read = if self.use_fixed.load(SeqCst) {
+            opcode::Read::new(types::Fixed(op.file.0), ptr, len)
+        } else {
+            opcode::Read::new(types::Fd(op.fd.as_raw_fd()), ptr, len)
+        };
+        let entry = read.offset(op.offset).build();
+        let guard = self.metrics.start_read();
+        let idx = t.free.pop().unwrap_or_else(|| {
+            t.slots.push(None);
+            t.slots.len() - 1
+        });
+        t.slots[idx] = Some(InFlight { op, guard });
+        t.in_flight += 1;
+        self.push_entry(&entry.user_data(idx as u64));
+    }
+
+    /// Pushes one SQE. Caller holds the tracker lock.
+    fn push_entry(&self, entry: &squeue::Entry) {
+        loop {
+            // SAFETY: the tracker lock is held, so no other submission queue is in use; the
+            // entry's buffer and file are owned by the tracker until its completion is reaped,
+            // so the kernel never writes to freed memory or reads a closed descriptor.
+            let pushed = unsafe { self.ring.submission_shared().push(entry) };
+            if pushed.is_ok() {
+                return;
+            }
+            // Queue full: let the kernel take what is there.
+            self.enter_submit();
         }
-        t.reap(&mut ring, &shared);
     }
-    if t.efd_armed {
-        // The ring failed while a read into efd_buf may be pending: never free it.
-        std::mem::forget(efd_buf);
+
+    /// Wakes the completion thread (a no-op completes at once).
+    pub fn wake(&self) {
+        {
+            let _t = self.tracker.lock();
+            self.push_entry(&opcode::Nop::new().build().user_data(WAKE_TOKEN));
+        }
+        self.enter_submit();
     }
 }
 
-fn complete(done: InFlight, result: i32, shared: &Shared) {
-    let InFlight { op, guard } = done;
+/// The completion thread: runs until shutdown and every read has completed.
+pub fn run(shared: Arc<Shared>) {
+    let mut done: Vec<(ReadOp, i32)> = Vec::new();
+    loop {
+        {
+            let t = shared.tracker.lock();
+            if shared.shutdown.load(SeqCst) && t.in_flight == 0 && t.overflow.is_empty() {
+                break;
+            }
+        }
+        // SAFETY: plain io_uring_enter with no argument struct: wait for one completion.
+        let waited = unsafe {
+            shared
+                .ring
+                .submitter()
+                .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
+        };
+        if let Err(e) = waited
+            && e.raw_os_error() != Some(libc::EINTR)
+        {
+            eprintln!("ooode: io_uring wait failed: {e}");
+        }
+        let mut pushed = false;
+        {
+            let mut t = shared.tracker.lock();
+            // SAFETY: this thread is the only one that touches the completion queue.
+            for cqe in unsafe { shared.ring.completion_shared() } {
+                let token = cqe.user_data();
+                if token == WAKE_TOKEN {
+                    continue;
+                }
+                if let Some(InFlight { op, guard }) =
+                    t.slots.get_mut(token as usize).and_then(Option::take)
+                {
+                    t.free.push(token as usize);
+                    t.in_flight -= 1;
+                    // Counted out here, under the lock, so the counters never show more reads
+                    // in flight than the limit.
+                    let len = op.buf.len();
+                    let ok = cqe.result() >= 0 && cqe.result() as usize >= len;
+                    guard.finish(ok.then_some(len));
+                    done.push((op, cqe.result()));
+                }
+            }
+            while t.in_flight < shared.max_in_flight {
+                let Some(op) = t.overflow.pop_front() else {
+                    break;
+                };
+                shared.push(&mut t, op);
+                pushed = true;
+            }
+        }
+        if pushed {
+            shared.enter_submit();
+        }
+        for (op, result) in done.drain(..) {
+            complete(op, result, &shared);
+        }
+    }
+}
+fn complete(op: ReadOp, result: i32, shared: &Shared) {
     let ReadOp {
         file,
         offset,
@@ -211,7 +204,6 @@ fn complete(done: InFlight, result: i32, shared: &Shared) {
     } = op;
     let len = buf.len();
     let outcome = if result < 0 {
-        guard.finish(None);
         shared.recycler.put(buf);
         Err(StorageError::io(
             shared.files.path(file),
@@ -219,7 +211,6 @@ fn complete(done: InFlight, result: i32, shared: &Shared) {
             std::io::Error::from_raw_os_error(-result),
         ))
     } else if (result as usize) < len {
-        guard.finish(None);
         shared.recycler.put(buf);
         Err(short_read(
             &shared.files.path(file),
@@ -228,7 +219,6 @@ fn complete(done: InFlight, result: i32, shared: &Shared) {
             result as usize,
         ))
     } else {
-        guard.finish(Some(len));
         Ok(PageBuf::new(buf, Some(shared.recycler.clone())))
     };
     // A closed receiver is a cancelled read: the buffer is recycled by dropping the result.

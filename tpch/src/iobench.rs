@@ -1,0 +1,243 @@
+//! The physical limit: random page reads over one file through each engine at several queue
+//! depths, next to `fio` with the same file, block size, O_DIRECT and depth, in the same run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use ooode::io::metrics::process_cpu_time;
+use ooode::io::{IoEngine, SyncEngine, UringConfig, UringEngine};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One measured point.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct IoPoint {
+    /// "io_uring" or "pread".
+    pub engine: String,
+    /// Reads kept in flight.
+    pub depth: usize,
+    /// Reads per second.
+    pub iops: f64,
+    /// Megabytes per second.
+    pub mb_per_sec: f64,
+    /// Process CPU per read, microseconds.
+    pub cpu_us_per_read: f64,
+    /// fio's IOPS at the same depth (io_uring engine for io_uring, psync for pread).
+    pub fio_iops: Option<f64>,
+    /// fio's CPU per read, microseconds.
+    pub fio_cpu_us_per_read: Option<f64>,
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Reads random pages of `file` through `engine` with `depth` reads in flight for `secs`.
+pub async fn measure_engine(
+    engine: Arc<dyn IoEngine>,
+    file: &Path,
+    page_size: usize,
+    depth: usize,
+    secs: f64,
+) -> Result<(f64, f64), BoxError> {
+    let id = engine.open(file)?;
+    let before = engine.metrics().snapshot();
+    let pages = std::fs::metadata(file)?.len() / page_size as u64;
+    if pages == 0 {
+        return Err(format!("{} holds no full page", file.display()).into());
+    }
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64);
+    let mut issue = || {
+        let off = (rng.next() % pages) * page_size as u64;
+        engine.read(id, off, page_size)
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let (start, cpu0) = (Instant::now(), process_cpu_time());
+    let mut reads = 0u64;
+    let mut in_flight: FuturesUnordered<_> = (0..depth).map(|_| issue()).collect();
+    while let Some(r) = in_flight.next().await {
+        r?;
+        reads += 1;
+        if Instant::now() < deadline {
+            in_flight.push(issue());
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let after = engine.metrics().snapshot();
+    if std::env::var_os("OOODE_IOBENCH_DEBUG").is_some() {
+        eprintln!(
+            "  {} depth {depth}: mean in flight {:.1}, max {}, mean latency {:.0} us",
+            engine.name(),
+            after.mean_in_flight,
+            after.max_in_flight,
+            (after.read_time - before.read_time).as_secs_f64()
+                / (after.reads - before.reads).max(1) as f64
+                * 1e6
+        );
+    }
+    Ok((reads as f64 / elapsed, cpu / reads.max(1) as f64 * 1e6))
+}
+
+/// Makes sure `fio` is there: installs the Debian package when running as root.
+pub fn ensure_fio() -> bool {
+    let present = || Command::new("fio").arg("--version").output().is_ok();
+    if present() {
+        return true;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        eprintln!("fio is missing: installing the Debian package");
+        let _ = Command::new("apt-get")
+            .args(["install", "-y", "-qq", "fio"])
+            .status();
+        if !present() {
+            let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+            let _ = Command::new("apt-get")
+                .args(["install", "-y", "-qq", "fio"])
+                .status();
+        }
+    }
+    present()
+}
+
+/// Runs fio: random reads of `file`, O_DIRECT, block `bs`, `depth` in flight; returns IOPS and
+/// CPU microseconds per read.
+pub fn run_fio(
+    file: &Path,
+    bs: usize,
+    depth: usize,
+    secs: f64,
+    ioengine: &str,
+) -> Result<(f64, f64), BoxError> {
+    let out = Command::new("fio")
+        .args([
+            "--name=ooode",
+            &format!("--filename={}", file.display()),
+            "--rw=randread",
+            &format!("--bs={bs}"),
+            "--direct=1",
+            &format!("--ioengine={ioengine}"),
+            &format!("--iodepth={depth}"),
+            &format!("--runtime={}", secs.max(1.0) as u64),
+            "--time_based",
+            "--norandommap",
+            "--randrepeat=0",
+            "--output-format=json",
+        ])
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let job = &json["jobs"][0];
+    let iops = job["read"]["iops"]
+        .as_f64()
+        .ok_or("fio output has no read IOPS")?;
+    let reads = job["read"]["total_ios"].as_f64().unwrap_or(0.0).max(1.0);
+    let runtime = job["read"]["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
+    let cpu_pct = job["usr_cpu"].as_f64().unwrap_or(0.0) + job["sys_cpu"].as_f64().unwrap_or(0.0);
+    Ok((iops, cpu_pct / 100.0 * runtime / reads * 1e6))
+}
+
+/// Settings of [`run`].
+#[derive(Debug, Clone)]
+pub struct IoBenchOptions {
+    /// File to read (a table's heap file).
+    pub file: PathBuf,
+    /// Block size: the table's page size.
+    pub page_size: usize,
+    /// Queue depths.
+    pub depths: Vec<usize>,
+    /// Seconds per point.
+    pub secs: f64,
+}
+
+/// Measures every engine and fio; progress goes to stderr.
+pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
+    let fio = ensure_fio();
+    if !fio {
+        eprintln!("fio is not available: engine numbers only");
+    }
+    let mut points = Vec::new();
+    let total = opts.depths.len() + 1;
+    let mut step = 0;
+    let mut point =
+        |engine: &str, depth: usize, (iops, cpu): (f64, f64), fio: Option<(f64, f64)>| {
+            step += 1;
+            eprintln!(
+                "[{step}/{total}] {engine} depth {depth}: {iops:.0} IOPS (fio {:?})",
+                fio.map(|f| f.0 as u64)
+            );
+            points.push(IoPoint {
+                engine: engine.to_string(),
+                depth,
+                iops,
+                mb_per_sec: iops * opts.page_size as f64 / 1e6,
+                cpu_us_per_read: cpu,
+                fio_iops: fio.map(|f| f.0),
+                fio_cpu_us_per_read: fio.map(|f| f.1),
+            });
+        };
+    let sync: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(true));
+    let m = measure_engine(sync, &opts.file, opts.page_size, 1, opts.secs).await?;
+    let f = if fio {
+        Some(run_fio(&opts.file, opts.page_size, 1, opts.secs, "psync")?)
+    } else {
+        None
+    };
+    point("pread", 1, m, f);
+    for &depth in &opts.depths {
+        let engine: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
+            max_in_flight: depth,
+            ..Default::default()
+        })?);
+        let m = measure_engine(engine, &opts.file, opts.page_size, depth, opts.secs).await?;
+        let f = if fio {
+            Some(run_fio(
+                &opts.file,
+                opts.page_size,
+                depth,
+                opts.secs,
+                "io_uring",
+            )?)
+        } else {
+            None
+        };
+        point("io_uring", depth, m, f);
+    }
+    Ok(points)
+}
+
+/// The points as a text table.
+pub fn format_points(points: &[IoPoint]) -> String {
+    let mut out = format!(
+        "{:<9} {:>6} {:>10} {:>8} {:>12} {:>10} {:>12} {:>11}\n",
+        "engine", "depth", "IOPS", "MB/s", "CPU us/read", "fio IOPS", "fio us/read", "engine/fio"
+    );
+    for p in points {
+        let (fi, fc, ratio) = match (p.fio_iops, p.fio_cpu_us_per_read) {
+            (Some(i), Some(c)) => (
+                format!("{i:.0}"),
+                format!("{c:.1}"),
+                format!("{:.2}", p.iops / i),
+            ),
+            _ => ("-".into(), "-".into(), "-".into()),
+        };
+        out += &format!(
+            "{:<9} {:>6} {:>10.0} {:>8.1} {:>12.1} {:>10} {:>12} {:>11}\n",
+            p.engine, p.depth, p.iops, p.mb_per_sec, p.cpu_us_per_read, fi, fc, ratio
+        );
+    }
+    out
+}
