@@ -1,8 +1,8 @@
 //! The synchronous engine: one `pread` at a time, on the calling thread.
 //!
 //! This is the in-order engine of the paper (IODE): the caller waits for each read before it
-//! can issue the next, so at most one read per calling thread is outstanding. It is also the
-//! fallback where io_uring cannot be set up.
+//! can issue the next, and reads from several threads take turns, so at most one read is
+//! outstanding per engine. It is also the fallback where io_uring cannot be set up.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,7 @@ pub struct SyncEngine {
     recycler: Arc<Recycler>,
     metrics: Arc<IoMetrics>,
     direct: bool,
+    one_at_a_time: parking_lot::Mutex<()>,
 }
 
 impl SyncEngine {
@@ -33,6 +34,7 @@ impl SyncEngine {
             recycler: Recycler::new(64),
             metrics: IoMetrics::new(),
             direct,
+            one_at_a_time: parking_lot::Mutex::new(()),
         }
     }
 
@@ -43,6 +45,7 @@ impl SyncEngine {
             StorageError::InvalidArgument(format!("file id {} was not opened", file.0))
         })?;
         let mut buf = self.recycler.get(len);
+        let _turn = self.one_at_a_time.lock();
         let guard = self.metrics.start_read();
         let mut done = 0;
         while done < len {

@@ -26,7 +26,8 @@ pub struct IoPoint {
     pub mb_per_sec: f64,
     /// Process CPU per read, microseconds.
     pub cpu_us_per_read: f64,
-    /// fio's IOPS at the same depth (io_uring engine for io_uring, psync for pread).
+    /// fio's IOPS at the same depth (io_uring engine for io_uring, psync for pread), the mean
+    /// of a run right before and one right after the engine's.
     pub fio_iops: Option<f64>,
     /// fio's CPU per read, microseconds.
     pub fio_cpu_us_per_read: Option<f64>,
@@ -129,7 +130,7 @@ pub fn run_fio(
             "--direct=1",
             &format!("--ioengine={ioengine}"),
             &format!("--iodepth={depth}"),
-            &format!("--runtime={}", secs.max(1.0) as u64),
+            &format!("--runtime={}ms", (secs * 1000.0).max(500.0) as u64),
             "--time_based",
             "--norandommap",
             "--randrepeat=0",
