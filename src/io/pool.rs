@@ -171,6 +171,22 @@ impl Inner {
     }
 }
 
+/// The default pool budget: a quarter of physical memory (1 GiB if it cannot be read).
+pub fn default_budget() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && page > 0 {
+        (pages as usize).saturating_mul(page as usize) / 4
+    } else {
+        1 << 30
+    }
+}
+
 impl BufferPool {
     /// A pool holding at most `budget` bytes.
     pub fn new(budget: usize) -> Arc<Self> {
