@@ -37,5 +37,7 @@
 
 #![warn(missing_docs)]
 
+pub mod exec;
 pub mod io;
+pub mod optimizer;
 pub mod storage;

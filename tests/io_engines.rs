@@ -240,7 +240,7 @@ async fn table_io_verifies_pages_and_names_damage() {
     let io = TableIo::open(table.clone(), faulty.clone(), BufferPool::new(1 << 20)).unwrap();
     let m = IoMetrics::new();
     for p in 0..table.manifest().heap_pages {
-        let r = io.heap_page(p, &m).await;
+        let r = io.heap_page(p, std::slice::from_ref(&m)).await;
         match p {
             2 => {
                 let e = r.unwrap_err();
@@ -268,10 +268,10 @@ async fn table_io_verifies_pages_and_names_damage() {
     }
     // A failed read is not cached: once the fault is gone the page reads fine.
     faulty.clear();
-    assert!(io.heap_page(2, &m).await.is_ok());
+    assert!(io.heap_page(2, std::slice::from_ref(&m)).await.is_ok());
     // Index pages come through the same path.
     let idx = &table.indexes()[1];
-    let root = io.index_page(1, idx.meta.tree.root, &m).await.unwrap();
+    let root = io.index_page(1, idx.meta.tree.root, std::slice::from_ref(&m)).await.unwrap();
     assert_eq!(
         &root[..],
         &idx.segment.read_page(idx.meta.tree.root).unwrap()[..]

@@ -103,8 +103,9 @@ impl TableIo {
         &self.pool
     }
 
-    /// Heap page `page_no`, verified; reads are counted in `metrics`.
-    pub async fn heap_page(&self, page_no: u64, metrics: &Arc<IoMetrics>) -> Result<PageBuf> {
+    /// Heap page `page_no`, verified; reads and hits are counted in each of `metrics` (for
+    /// example the plan node's and the query's counters).
+    pub async fn heap_page(&self, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Result<PageBuf> {
         self.read(&self.heap, page_no, PageHint::Data, PageKind::Heap, metrics)
             .await
     }
@@ -114,7 +115,7 @@ impl TableIo {
         &self,
         index: usize,
         page_no: u64,
-        metrics: &Arc<IoMetrics>,
+        metrics: &[Arc<IoMetrics>],
     ) -> Result<PageBuf> {
         let seg = self.indexes.get(index).ok_or_else(|| {
             StorageError::InvalidArgument(format!("table has no index number {index}"))
@@ -141,7 +142,7 @@ impl TableIo {
         page_no: u64,
         hint: PageHint,
         kind: PageKind,
-        metrics: &Arc<IoMetrics>,
+        metrics: &[Arc<IoMetrics>],
     ) -> Result<PageBuf> {
         let (path_idx, offset) = seg.striping.locate(page_no);
         let file = seg.files[path_idx];
@@ -154,9 +155,9 @@ impl TableIo {
         }
         let len = seg.striping.page_size;
         let engine = self.engine.clone();
-        let node_metrics = metrics.clone();
+        let counters = metrics.to_vec();
         let load = move || {
-            let guard = node_metrics.start_read();
+            let guards: Vec<_> = counters.iter().map(|m| m.start_read()).collect();
             let path = engine.path(file);
             engine
                 .read(file, offset, len)
@@ -165,14 +166,16 @@ impl TableIo {
                         verify_page(&page, page_no, &[kind], &path)?;
                         Ok(page)
                     });
-                    guard.finish(r.as_ref().ok().map(|_| len));
+                    for guard in guards {
+                        guard.finish(r.as_ref().ok().map(|_| len));
+                    }
                     r
                 })
                 .boxed()
         };
         let (page, cached) = self.pool.get((file, offset), len, hint, load).await?;
         if cached {
-            metrics.hit();
+            metrics.iter().for_each(|m| m.hit());
         }
         Ok(page)
     }

@@ -47,6 +47,11 @@ impl KeyEncoder {
         })
     }
 
+    /// Types of the key columns.
+    pub fn types(&self) -> &[DataType] {
+        &self.types
+    }
+
     /// Number of key columns.
     pub fn columns(&self) -> usize {
         self.types.len()

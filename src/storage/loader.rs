@@ -138,6 +138,9 @@ pub struct TableWriter {
     indexes: Vec<IndexBuild>,
     rows_in: u64,
     rows_out: u64,
+    first_key_encoder: Option<KeyEncoder>,
+    last_first_key: Option<Vec<u8>>,
+    distinct_first: u64,
     started: Instant,
     progress: Option<ProgressFn>,
 }
@@ -319,6 +322,10 @@ impl TableWriter {
             )),
             None => None,
         };
+        let first_key_encoder = match &clustering {
+            Some((ids, _)) => Some(key_encoder(&schema, &ids[..1])?),
+            None => None,
+        };
         Ok(Self {
             heap: SegmentWriter::create(HEAP_SEGMENT, striping.clone())?,
             packer: HeapPacker::new(codec.clone()),
@@ -335,6 +342,9 @@ impl TableWriter {
             indexes,
             rows_in: 0,
             rows_out: 0,
+            first_key_encoder,
+            last_first_key: None,
+            distinct_first: 0,
             started: Instant::now(),
             progress: None,
             options,
@@ -432,6 +442,15 @@ impl TableWriter {
         let mut page = AlignedBuf::zeroed(self.options.page_size);
         self.codec.encode(rows, &mut page)?;
         let page_no = self.heap.append_page(PageKind::Heap, &mut page)?;
+        if let Some(first) = &self.first_key_encoder {
+            let col = rows.column(self.clustering.as_ref().map_or(0, |c| c.0[0]));
+            for key in first.encode_rows(std::slice::from_ref(col))? {
+                if self.last_first_key.as_deref() != Some(key.as_slice()) {
+                    self.distinct_first += 1;
+                    self.last_first_key = Some(key);
+                }
+            }
+        }
         if let (Some((ids, enc)), Some(tree)) = (&self.clustering, &mut self.clustering_tree) {
             let first: Vec<ArrayRef> = ids.iter().map(|&i| rows.column(i).slice(0, 1)).collect();
             let key = enc.encode_row(&first, 0)?;
@@ -499,12 +518,14 @@ impl TableWriter {
         if let Some(tree) = self.clustering_tree.take() {
             let (shape, mut seg) = tree.finish()?;
             seg.finish()?;
-            indexes.push(self.index_meta(
+            let mut meta = self.index_meta(
                 CLUSTERING_INDEX,
                 self.options.clustering_key.clone(),
                 IndexKind::Clustering,
                 shape,
-            ));
+            );
+            meta.distinct_first = self.distinct_first;
+            indexes.push(meta);
         }
         for idx in std::mem::take(&mut self.indexes) {
             self.report(LoadPhase::BuildingIndex(idx.name.clone()), self.rows_out);
@@ -519,7 +540,12 @@ impl TableWriter {
             })?;
             let (shape, mut seg) = tree.finish()?;
             seg.finish()?;
-            indexes.push(self.index_meta(&idx.name, idx.columns, IndexKind::Secondary, shape));
+            let single = idx.columns.len() == 1;
+            let mut meta = self.index_meta(&idx.name, idx.columns, IndexKind::Secondary, shape);
+            if single {
+                meta.distinct_first = shape.distinct_keys;
+            }
+            indexes.push(meta);
         }
         self.heap.finish()?;
         let manifest = Manifest {
@@ -553,6 +579,7 @@ impl TableWriter {
             kind,
             segment: format!("index_{name}"),
             tree,
+            distinct_first: 0,
         }
     }
 

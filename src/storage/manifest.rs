@@ -53,6 +53,9 @@ pub struct IndexMeta {
     pub segment: String,
     /// Shape of the built tree.
     pub tree: TreeShape,
+    /// Distinct values of the first key column among the table's rows (0: unknown).
+    #[serde(default)]
+    pub distinct_first: u64,
 }
 
 impl IndexMeta {

@@ -23,6 +23,9 @@ pub struct TreeShape {
     pub pages: u64,
     /// Entries in the leaves.
     pub entries: u64,
+    /// Distinct keys among the entries.
+    #[serde(default)]
+    pub distinct_keys: u64,
 }
 
 /// Builds a B+tree from (key, value) entries added in ascending key order.
@@ -33,6 +36,7 @@ pub struct BTreeBuilder<S: PageSink> {
     leaf: NodeBuilder,
     last_key: Vec<u8>,
     children: Vec<(Vec<u8>, u64, u64)>,
+    distinct_keys: u64,
 }
 
 impl<S: PageSink> BTreeBuilder<S> {
@@ -44,6 +48,7 @@ impl<S: PageSink> BTreeBuilder<S> {
             leaf: NodeBuilder::new(page_size, 0),
             last_key: Vec::new(),
             children: Vec::new(),
+            distinct_keys: 0,
         }
     }
 
@@ -58,6 +63,9 @@ impl<S: PageSink> BTreeBuilder<S> {
             )));
         }
         let started = !self.leaf.is_empty() || !self.children.is_empty();
+        if !started || key != self.last_key.as_slice() {
+            self.distinct_keys += 1;
+        }
         if started && key < self.last_key.as_slice() {
             return Err(StorageError::InvalidArgument(
                 "B+tree entries must be added in key order".into(),
@@ -115,6 +123,7 @@ impl<S: PageSink> BTreeBuilder<S> {
             leaf_pages,
             pages: self.sink.pages_written(),
             entries,
+            distinct_keys: self.distinct_keys,
         };
         Ok((shape, self.sink))
     }

@@ -1,0 +1,44 @@
+//! One call to add ooode to a DataFusion session.
+
+use std::sync::Arc;
+
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use ooode::exec::OoodeConfig;
+use ooode::optimizer::OoodeIndexRule;
+
+use crate::factory::OoodeTableFactory;
+
+/// Adds ooode to a session being built: the `OOODE` table factory, the `ooode.*` settings,
+/// and the index rule, placed right after DataFusion's filter pushdown (before distribution
+/// and sorting are enforced, so DataFusion plans around the index nodes).
+pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
+    let config = builder.config().take().unwrap_or_default();
+    let config = if config.options().extensions.get::<OoodeConfig>().is_some() {
+        config
+    } else {
+        config.with_option_extension(OoodeConfig::default())
+    };
+    let mut rules = builder
+        .physical_optimizer_rules()
+        .take()
+        .unwrap_or_else(|| PhysicalOptimizer::new().rules);
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "FilterPushdown")
+        .map_or(rules.len(), |i| i + 1);
+    rules.insert(at, Arc::new(OoodeIndexRule::new()));
+    builder
+        .with_config(config)
+        .with_physical_optimizer_rules(rules)
+        .with_table_factory("OOODE".into(), Arc::new(OoodeTableFactory))
+}
+
+/// A SessionContext with DataFusion's default features and ooode.
+pub fn ooode_context(config: SessionConfig) -> SessionContext {
+    let builder = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config);
+    SessionContext::new_with_state(with_ooode(builder).build())
+}

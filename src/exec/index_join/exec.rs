@@ -1,0 +1,349 @@
+//! `IndexJoinExec`: the plan node of the index nested-loop join.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{JoinSide, Result, Statistics, internal_err};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::joins::utils::JoinFilter;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::{RecordBatchReceiverStreamBuilder, RecordBatchStreamAdapter};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+
+use super::output::OutputSpec;
+use super::stream::{JoinWork, run};
+use crate::exec::context::{QueryIo, to_df};
+use crate::exec::metrics::{NodeMetrics, Published};
+use crate::io::{IoMetrics, TableIo};
+use crate::storage::KeyEncoder;
+
+/// Which rows the join produces (the outer input is the preserved side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexJoinKind {
+    /// Matching pairs.
+    Inner,
+    /// Outer rows with at least one match.
+    Semi,
+    /// Outer rows without a match.
+    Anti,
+    /// Matching pairs, and outer rows without a match padded with nulls.
+    LeftOuter,
+}
+
+/// The indexed inner side of the join: an ooode table, an index whose leading columns are the
+/// join key, and what the replaced scan did (columns, predicate, projection).
+#[derive(Debug)]
+pub struct InnerSide {
+    /// The table.
+    pub table: Arc<TableIo>,
+    /// Name shown in plans.
+    pub name: String,
+    /// Index used (position in the manifest).
+    pub index: usize,
+    /// Whether the index is sparse (clustering).
+    pub sparse: bool,
+    /// Encoder of the join key: the index's first key columns.
+    pub encoder: KeyEncoder,
+    /// Table columns decoded from each heap page.
+    pub decode_columns: Vec<usize>,
+    /// Positions of the key columns within `decode_columns`.
+    pub key_positions: Vec<usize>,
+    /// Positions of the scan's columns within `decode_columns`.
+    pub read_positions: Vec<usize>,
+    /// Predicate of the replaced scan, over its columns.
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// Projection after the predicate (indices into the scan's columns).
+    pub output: Option<Vec<usize>>,
+    /// Schema of the inner rows the join sees.
+    pub output_schema: SchemaRef,
+}
+
+impl InnerSide {
+    /// The inner side over the `index`-th index of `table`, keyed by its first `key_len`
+    /// columns, standing for a scan of `read_columns` with `predicate` and `output` projection.
+    pub fn try_new(
+        table: Arc<TableIo>,
+        name: impl Into<String>,
+        index: usize,
+        key_len: usize,
+        read_columns: Vec<usize>,
+        predicate: Option<Arc<dyn PhysicalExpr>>,
+        output: Option<Vec<usize>>,
+    ) -> Result<Self> {
+        let t = table.table();
+        let meta = &t.indexes()[index].meta;
+        if key_len == 0 || key_len > meta.columns.len() {
+            return internal_err!("join key of {key_len} columns on index {}", meta.name);
+        }
+        let key_cols = meta.columns[..key_len]
+            .iter()
+            .map(|c| t.schema().index_of(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut decode_columns = read_columns.clone();
+        let key_positions = key_cols
+            .iter()
+            .map(|&c| match decode_columns.iter().position(|&d| d == c) {
+                Some(p) => p,
+                None => {
+                    decode_columns.push(c);
+                    decode_columns.len() - 1
+                }
+            })
+            .collect();
+        let fields: Vec<_> = key_cols.iter().map(|&c| t.schema().fields()[c].clone()).collect();
+        let encoder = KeyEncoder::new(&fields).map_err(to_df)?;
+        let read_schema = t.schema().project(&read_columns)?;
+        let output_schema = Arc::new(match &output {
+            Some(cols) => read_schema.project(cols)?,
+            None => read_schema,
+        });
+        Ok(Self {
+            sparse: meta.is_sparse(),
+            read_positions: (0..read_columns.len()).collect(),
+            table,
+            name: name.into(),
+            index,
+            encoder,
+            decode_columns,
+            key_positions,
+            predicate,
+            output,
+            output_schema,
+        })
+    }
+}
+
+/// For each row of the outer input, finds the inner rows with the same key through an index,
+/// with many lookups and page reads in flight at once.
+#[derive(Debug, Clone)]
+pub struct IndexJoinExec {
+    outer: Arc<dyn ExecutionPlan>,
+    outer_keys: Vec<Arc<dyn PhysicalExpr>>,
+    inner: Arc<InnerSide>,
+    kind: IndexJoinKind,
+    filter: Option<JoinFilter>,
+    outer_side: JoinSide,
+    schema: SchemaRef,
+    estimated_rows: Option<usize>,
+    query: Arc<QueryIo>,
+    io: Arc<IoMetrics>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl IndexJoinExec {
+    /// A join of `outer` (keys `outer_keys`) with `inner`. Output columns: the outer input's,
+    /// then (inner and left outer joins) the inner side's. `filter` is the original join's
+    /// filter, in which the outer input was `outer_side`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_new(
+        outer: Arc<dyn ExecutionPlan>,
+        outer_keys: Vec<Arc<dyn PhysicalExpr>>,
+        inner: Arc<InnerSide>,
+        kind: IndexJoinKind,
+        filter: Option<JoinFilter>,
+        outer_side: JoinSide,
+        estimated_rows: Option<usize>,
+        query: Arc<QueryIo>,
+    ) -> Result<Self> {
+        if outer_keys.len() != inner.encoder.columns() {
+            return internal_err!("{} join keys for an index key of {}", outer_keys.len(), inner.encoder.columns());
+        }
+        let mut fields: Vec<Arc<Field>> = outer.schema().fields().iter().cloned().collect();
+        match kind {
+            IndexJoinKind::Inner => fields.extend(inner.output_schema.fields().iter().cloned()),
+            IndexJoinKind::LeftOuter => fields.extend(
+                inner
+                    .output_schema
+                    .fields()
+                    .iter()
+                    .map(|f| Arc::new(f.as_ref().clone().with_nullable(true))),
+            ),
+            IndexJoinKind::Semi | IndexJoinKind::Anti => {}
+        }
+        let schema = Arc::new(Schema::new(fields));
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(outer.properties().partitioning.partition_count()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            outer,
+            outer_keys,
+            inner,
+            kind,
+            filter,
+            outer_side,
+            schema,
+            estimated_rows,
+            query,
+            io: IoMetrics::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        })
+    }
+
+    /// The node's I/O counters (all partitions).
+    pub fn io_metrics(&self) -> &Arc<IoMetrics> {
+        &self.io
+    }
+
+    /// The outer input.
+    pub fn outer(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.outer
+    }
+}
+
+impl DisplayAs for IndexJoinExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let meta = &self.inner.table.table().indexes()[self.inner.index].meta;
+        let keys: Vec<String> = self.outer_keys.iter().map(|k| k.to_string()).collect();
+        write!(
+            f,
+            "IndexJoinExec: kind={:?}, outer_keys=[{}], inner={} index={}({})",
+            self.kind,
+            keys.join(", "),
+            self.inner.name,
+            meta.name,
+            meta.columns[..self.inner.encoder.columns()].join(", "),
+        )?;
+        if let Some(p) = &self.inner.predicate {
+            write!(f, ", inner_predicate={p}")?;
+        }
+        if let Some(filter) = &self.filter {
+            write!(f, ", filter={}", filter.expression())?;
+        }
+        write!(
+            f,
+            ", mode={}",
+            match self.query.mode {
+                crate::exec::config::ExecutionMode::OutOfOrder => "out_of_order",
+                crate::exec::config::ExecutionMode::InOrder => "in_order",
+            }
+        )
+    }
+}
+
+impl ExecutionPlan for IndexJoinExec {
+    fn name(&self) -> &str {
+        "IndexJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.outer]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        for k in &self.outer_keys {
+            if f(k)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        if let Some(filter) = &self.filter {
+            return f(filter.expression());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [outer] = <[_; 1]>::try_from(children).map_err(|_| {
+            datafusion::common::DataFusionError::Internal("IndexJoinExec has one child".into())
+        })?;
+        Ok(Arc::new(Self::try_new(
+            outer,
+            self.outer_keys.clone(),
+            self.inner.clone(),
+            self.kind,
+            self.filter.clone(),
+            self.outer_side,
+            self.estimated_rows,
+            self.query.clone(),
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let outer = self.outer.execute(partition, context.clone())?;
+        let node = NodeMetrics::new(&self.metrics, self.io.clone());
+        let permits = self.query.permits.available_permits().max(1);
+        let work = JoinWork {
+            outer,
+            outer_keys: self.outer_keys.clone(),
+            inner: self.inner.clone(),
+            output: OutputSpec {
+                kind: self.kind,
+                schema: self.schema.clone(),
+                filter: self.filter.clone(),
+                outer_side: self.outer_side,
+            },
+            query: self.query.clone(),
+            node: node.clone(),
+            max_probes: permits * 4,
+            flush_rows: context.session_config().batch_size().clamp(1, 1024),
+        };
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
+        let tx = builder.tx();
+        builder.spawn(async move { run(work, tx).await });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            Published::new(builder.build(), node),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let mut stats = Statistics::new_unknown(&self.schema);
+        stats.num_rows = match (self.estimated_rows, input_stats.first().map(|s| s.num_rows)) {
+            (Some(n), _) => Precision::Inexact(n),
+            (None, Some(n)) => n.to_inexact(),
+            _ => Precision::Absent,
+        };
+        Ok(Arc::new(stats))
+    }
+}

@@ -1,0 +1,208 @@
+//! The work of one partition of an index nested-loop join.
+//!
+//! ```text
+//!   outer batches ──> per distinct key: a probe task
+//!        probe: B+tree descent (one page read at a time) ──> row ids
+//!               ──> the heap pages holding them, read concurrently
+//!               ──> rows: key check (sparse index), inner predicate ──> output rows
+//!   output rows collect and go out in batches; outer batches keep being pulled while
+//!   probes run, so in a chain the next join starts on early rows while this one works
+//! ```
+//!
+//! Every probe of every outer batch lives in one `FuturesUnordered`: the probe whose read
+//! completes first runs its next step first. Outer batches are pulled only while fewer than
+//! `max_probes` probes are pending (backpressure), and reads in flight are bounded by the
+//! query's budget.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::concat_batches;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::filter::batch_filter;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::mpsc::Sender;
+
+use super::exec::InnerSide;
+use super::output::OutputSpec;
+use crate::exec::context::QueryIo;
+use crate::exec::metrics::NodeMetrics;
+use crate::exec::probe::{StepMetrics, decode_rows, group_by_page, heap_page, lookup};
+use crate::storage::KeyEncoder;
+use crate::storage::btree::KeyRange;
+
+/// What a partition of the join needs.
+pub struct JoinWork {
+    pub outer: SendableRecordBatchStream,
+    pub outer_keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub inner: Arc<InnerSide>,
+    pub output: OutputSpec,
+    pub query: Arc<QueryIo>,
+    pub node: NodeMetrics,
+    pub max_probes: usize,
+    pub flush_rows: usize,
+}
+
+type ProbeResult = Result<Option<RecordBatch>>;
+
+/// Rows of the inner table whose key is `key` (a full key or a key prefix), after the inner
+/// predicate, projected to the inner output columns.
+async fn probe(inner: Arc<InnerSide>, key: Vec<u8>, query: Arc<QueryIo>, steps: StepMetrics) -> Result<RecordBatch> {
+    let table = &inner.table;
+    let ids = lookup(table, inner.index, KeyRange::prefix(key.clone()), &query, &steps).await?;
+    let pages = group_by_page(&ids);
+    let inner_ref = &inner;
+    let mut fetches: FuturesUnordered<_> = pages
+        .into_iter()
+        .map(|(page_no, slots)| {
+            let (query, steps, inner) = (query.clone(), steps.clone(), inner_ref);
+            async move {
+                let page = heap_page(table, page_no, &query, &steps).await?;
+                let slots = (!inner.sparse).then_some(slots.as_slice());
+                decode_rows(table, page_no, &page, &inner.decode_columns, slots)
+            }
+        })
+        .collect();
+    let mut parts = Vec::new();
+    while let Some(rows) = fetches.next().await {
+        let mut rows = rows?;
+        if inner.sparse {
+            // A sparse index names pages: keep the rows whose key starts with the probe key.
+            let key_cols: Vec<ArrayRef> =
+                inner.key_positions.iter().map(|&i| rows.column(i).clone()).collect();
+            let keys = inner.encoder.encode_rows(&key_cols).map_err(crate::exec::context::to_df)?;
+            let mask: arrow::array::BooleanArray =
+                keys.iter().map(|k| Some(k.starts_with(&key))).collect();
+            rows = arrow::compute::filter_record_batch(&rows, &mask)?;
+        }
+        if let Some(pred) = &inner.predicate {
+            rows = batch_filter(&rows.project(&inner.read_positions)?, pred)?;
+        } else {
+            rows = rows.project(&inner.read_positions)?;
+        }
+        let rows = match &inner.output {
+            Some(cols) => rows.project(cols)?,
+            None => rows,
+        };
+        parts.push(rows);
+    }
+    Ok(concat_batches(&inner.output_schema, &parts)?)
+}
+
+/// Runs one partition of the join, sending output batches to `tx`.
+pub async fn run(mut work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+    let steps = StepMetrics::new(work.node.io.clone(), &work.query);
+    let mut probes: FuturesUnordered<BoxFuture<'static, ProbeResult>> = FuturesUnordered::new();
+    let mut out: Vec<RecordBatch> = Vec::new();
+    let mut out_rows = 0usize;
+    let mut outer_done = false;
+    let schema: SchemaRef = work.output.schema.clone();
+    loop {
+        let want_outer = !outer_done && probes.len() < work.max_probes;
+        let flush_now = out_rows >= work.flush_rows || (probes.is_empty() && out_rows > 0);
+        if flush_now {
+            let batch = concat_batches(&schema, &out)?;
+            out.clear();
+            out_rows = 0;
+            if tx.send(Ok(batch)).await.is_err() {
+                return Ok(()); // consumer gone: stop
+            }
+        }
+        if probes.is_empty() && outer_done {
+            break;
+        }
+        tokio::select! {
+            biased;
+            Some(result) = probes.next(), if !probes.is_empty() => {
+                if let Some(batch) = result? {
+                    out_rows += batch.num_rows();
+                    if batch.num_rows() > 0 {
+                        out.push(batch);
+                    }
+                }
+            }
+            next = work.outer.next(), if want_outer => match next {
+                None => outer_done = true,
+                Some(batch) => {
+                    let batch = Arc::new(batch?);
+                    let (keyed, unmatched) = group_keys(&batch, &work.outer_keys, &work.inner.encoder)?;
+                    if let Some(rows) = work.output.unmatched(&batch, &unmatched)? {
+                        out_rows += rows.num_rows();
+                        out.push(rows);
+                    }
+                    work.node.add_probes(keyed.len());
+                    for (key, rows) in keyed {
+                        let (inner, query, steps, spec, batch) = (
+                            work.inner.clone(),
+                            work.query.clone(),
+                            steps.clone(),
+                            work.output.clone(),
+                            batch.clone(),
+                        );
+                        probes.push(
+                            async move {
+                                let found = probe(inner, key, query, steps).await?;
+                                Ok(Some(spec.build(&batch, &rows, &found)?))
+                            }
+                            .boxed(),
+                        );
+                    }
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Groups the rows of `batch` by encoded join key; rows with a null key part cannot match.
+fn group_keys(
+    batch: &RecordBatch,
+    keys: &[Arc<dyn PhysicalExpr>],
+    encoder: &KeyEncoder,
+) -> Result<(Vec<(Vec<u8>, Vec<u32>)>, Vec<u32>)> {
+    let arrays = keys
+        .iter()
+        .zip(encoder.types())
+        .map(|(k, t)| {
+            let a = k.evaluate(batch)?.into_array(batch.num_rows())?;
+            Ok(if a.data_type() == t {
+                a
+            } else {
+                arrow::compute::cast(&a, t)?
+            })
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    let encoded = encoder
+        .encode_rows(&arrays)
+        .map_err(crate::exec::context::to_df)?;
+    let mut groups: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+    let mut order = Vec::new();
+    let mut unmatched = Vec::new();
+    for (row, key) in encoded.into_iter().enumerate() {
+        if arrays.iter().any(|a| a.is_null(row)) {
+            unmatched.push(row as u32);
+            continue;
+        }
+        match groups.get_mut(&key) {
+            Some(rows) => rows.push(row as u32),
+            None => {
+                order.push(key.clone());
+                groups.insert(key, vec![row as u32]);
+            }
+        }
+    }
+    let keyed = order
+        .into_iter()
+        .map(|k| {
+            let rows = groups.remove(&k).unwrap_or_default();
+            (k, rows)
+        })
+        .collect();
+    Ok((keyed, unmatched))
+}

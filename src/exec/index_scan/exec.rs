@@ -1,0 +1,218 @@
+//! `IndexScanExec`: the plan node of an index scan.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, Statistics};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+
+use super::stream::{ScanWork, run};
+use crate::exec::context::QueryIo;
+use crate::exec::metrics::{NodeMetrics, Published};
+use crate::io::{IoMetrics, TableIo};
+use crate::storage::btree::KeyRange;
+
+/// Reads the rows of a table whose index key lies in some ranges, then filters them.
+#[derive(Debug, Clone)]
+pub struct IndexScanExec {
+    table: Arc<TableIo>,
+    name: String,
+    index: usize,
+    ranges: Vec<KeyRange>,
+    ranges_text: String,
+    read_columns: Vec<usize>,
+    predicate: Arc<dyn PhysicalExpr>,
+    output: Option<Vec<usize>>,
+    schema: SchemaRef,
+    estimated_rows: usize,
+    query: Arc<QueryIo>,
+    io: Arc<IoMetrics>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl IndexScanExec {
+    /// An index scan of the `index`-th index of `table` over `ranges` (described by
+    /// `ranges_text` in plans), reading table columns `read_columns`, keeping rows where
+    /// `predicate` (over those columns) holds, and producing the columns `output` of them (all
+    /// when None). `estimated_rows` feeds the statistics.
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_new(
+        table: Arc<TableIo>,
+        name: impl Into<String>,
+        index: usize,
+        ranges: Vec<KeyRange>,
+        ranges_text: String,
+        read_columns: Vec<usize>,
+        predicate: Arc<dyn PhysicalExpr>,
+        output: Option<Vec<usize>>,
+        estimated_rows: usize,
+        query: Arc<QueryIo>,
+    ) -> Result<Self> {
+        let read_schema = table.table().schema().project(&read_columns)?;
+        let schema = Arc::new(match &output {
+            Some(cols) => read_schema.project(cols)?,
+            None => read_schema,
+        });
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            table,
+            name: name.into(),
+            index,
+            ranges,
+            ranges_text,
+            read_columns,
+            predicate,
+            output,
+            schema,
+            estimated_rows,
+            query,
+            io: IoMetrics::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        })
+    }
+
+    /// The node's I/O counters.
+    pub fn io_metrics(&self) -> &Arc<IoMetrics> {
+        &self.io
+    }
+
+    /// The table read.
+    pub fn table(&self) -> &Arc<TableIo> {
+        &self.table
+    }
+
+    /// What the scan stands for: table, name, columns read, predicate, output projection.
+    #[allow(clippy::type_complexity)]
+    pub fn as_table_read_parts(
+        &self,
+    ) -> (Arc<TableIo>, String, Vec<usize>, Arc<dyn PhysicalExpr>, Option<Vec<usize>>) {
+        (
+            self.table.clone(),
+            self.name.clone(),
+            self.read_columns.clone(),
+            self.predicate.clone(),
+            self.output.clone(),
+        )
+    }
+}
+
+impl DisplayAs for IndexScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let idx = &self.table.table().indexes()[self.index].meta;
+        write!(
+            f,
+            "IndexScanExec: table={}, index={}({}), ranges={}, predicate={}, mode={}",
+            self.name,
+            idx.name,
+            idx.columns.join(", "),
+            self.ranges_text,
+            self.predicate,
+            match self.query.mode {
+                crate::exec::config::ExecutionMode::OutOfOrder => "out_of_order",
+                crate::exec::config::ExecutionMode::InOrder => "in_order",
+            }
+        )
+    }
+}
+
+impl ExecutionPlan for IndexScanExec {
+    fn name(&self) -> &str {
+        "IndexScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        f(&self.predicate)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let node = NodeMetrics::new(&self.metrics, self.io.clone());
+        let work = ScanWork {
+            table: self.table.clone(),
+            index: self.index,
+            sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
+            ranges: self.ranges.clone(),
+            read_columns: self.read_columns.clone(),
+            predicate: self.predicate.clone(),
+            output: self.output.clone(),
+            query: self.query.clone(),
+            node: node.clone(),
+        };
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
+        let tx = builder.tx();
+        builder.spawn(async move { run(work, tx).await });
+        let stream = builder.build();
+        Ok(Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                self.schema.clone(),
+                Published::new(stream, node),
+            ),
+        ))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let mut stats = Statistics::new_unknown(&self.schema);
+        stats.num_rows = Precision::Inexact(self.estimated_rows);
+        Ok(Arc::new(stats))
+    }
+}

@@ -1,0 +1,7 @@
+//! Index scan: B+tree lookups for key ranges, heap pages fetched concurrently, residual
+//! predicate applied to the rows.
+
+mod exec;
+mod stream;
+
+pub use exec::IndexScanExec;

@@ -1,0 +1,206 @@
+//! `OoodeScanExec`: reads every heap page of a table, split into page ranges per partition,
+//! with a window of reads in flight per partition.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, Statistics};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+
+use crate::exec::context::QueryIo;
+use crate::exec::metrics::{NodeMetrics, Published};
+use crate::exec::probe::{StepMetrics, decode_rows, heap_page};
+use crate::io::{IoMetrics, TableIo};
+
+/// Reads a whole ooode table.
+#[derive(Debug, Clone)]
+pub struct OoodeScanExec {
+    table: Arc<TableIo>,
+    name: String,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    query: Arc<QueryIo>,
+    io: Arc<IoMetrics>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl OoodeScanExec {
+    /// A scan of `table` (shown as `name`) producing columns `projection`, in `partitions`
+    /// page ranges.
+    pub fn new(
+        table: Arc<TableIo>,
+        name: impl Into<String>,
+        projection: Vec<usize>,
+        partitions: usize,
+        query: Arc<QueryIo>,
+    ) -> Result<Self> {
+        let schema = Arc::new(table.table().schema().project(&projection)?);
+        let pages = table.table().manifest().heap_pages as usize;
+        let partitions = partitions.clamp(1, pages.max(1));
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            table,
+            name: name.into(),
+            projection,
+            schema,
+            query,
+            io: IoMetrics::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        })
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Arc<TableIo> {
+        &self.table
+    }
+
+    /// Name shown in plans.
+    pub fn table_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Table columns produced, in order.
+    pub fn projection(&self) -> &[usize] {
+        &self.projection
+    }
+
+    /// The query budget this scan reads under.
+    pub fn query(&self) -> &Arc<QueryIo> {
+        &self.query
+    }
+
+    /// The same scan reading under another query budget.
+    pub fn with_query(&self, query: Arc<QueryIo>) -> Self {
+        Self {
+            query,
+            ..self.clone()
+        }
+    }
+}
+
+impl DisplayAs for OoodeScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let cols: Vec<_> = self.schema.fields().iter().map(|c| c.name().as_str()).collect();
+        write!(
+            f,
+            "OoodeScanExec: table={}, pages={}, projection=[{}]",
+            self.name,
+            self.table.table().manifest().heap_pages,
+            cols.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for OoodeScanExec {
+    fn name(&self) -> &str {
+        "OoodeScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let parts = self.properties.partitioning.partition_count() as u64;
+        let pages = self.table.table().manifest().heap_pages;
+        let (start, end) = (
+            pages * partition as u64 / parts,
+            pages * (partition as u64 + 1) / parts,
+        );
+        let window = self.query.permits.available_permits().clamp(1, 64);
+        let node = NodeMetrics::new(&self.metrics, self.io.clone());
+        let steps = StepMetrics::new(self.io.clone(), &self.query);
+        let (table, query, projection) = (
+            self.table.clone(),
+            self.query.clone(),
+            self.projection.clone(),
+        );
+        let stream = futures::stream::iter(start..end)
+            .map(move |page_no| {
+                let (table, query, projection, steps) =
+                    (table.clone(), query.clone(), projection.clone(), steps.clone());
+                async move {
+                    let page = heap_page(&table, page_no, &query, &steps).await?;
+                    decode_rows(&table, page_no, &page, &projection, None)
+                }
+            })
+            .buffered(window)
+            .boxed();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            Published::new(stream, node),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let rows = self.table.table().manifest().row_count as usize;
+        let mut stats = Statistics::new_unknown(&self.schema);
+        stats.num_rows = match args.partition() {
+            None => Precision::Exact(rows),
+            Some(_) => Precision::Inexact(rows / self.properties.partitioning.partition_count()),
+        };
+        Ok(Arc::new(stats))
+    }
+}

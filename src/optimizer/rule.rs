@@ -1,0 +1,388 @@
+//! `OoodeIndexRule`: replaces scans with filters by index scans, and hash joins whose one side
+//! is an indexed ooode table by index nested-loop joins, where that is cheaper.
+//!
+//! It runs right after DataFusion's filter pushdown and before distribution and sorting are
+//! enforced, so DataFusion adds whatever repartitioning our nodes' outputs need, and the
+//! sanity check validates the result. It only ever changes plans: every index node applies
+//! the replaced operators' full predicates, and join keys, filters and output columns are
+//! carried over exactly.
+//!
+//! Decisions (`SET ooode.index_join`): `never` leaves the plan alone; `always` uses an index
+//! wherever one fits; `auto` uses one when its estimated page reads are below
+//! `ooode.index_cost_ratio` times the pages a full scan of the table reads. Estimates come
+//! from exact B+tree range counts and the outer input's row estimate.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{JoinSide, JoinType, NullEquality, Result};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+
+use super::cost::{index_scan_estimate, probe_estimate};
+use super::ranges::{column_bounds, describe, key_ranges};
+use crate::exec::{
+    IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide, OoodeConfig,
+    OoodeScanExec, QueryIo,
+};
+use crate::io::TableIo;
+
+/// The ooode physical optimizer rule.
+#[derive(Debug, Default)]
+pub struct OoodeIndexRule;
+
+impl OoodeIndexRule {
+    /// The rule.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+/// A table read that an index plan can stand in for: columns read, predicate over them, and
+/// the projection after the predicate.
+struct TableRead {
+    table: Arc<TableIo>,
+    name: String,
+    read_columns: Vec<usize>,
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    output: Option<Vec<usize>>,
+}
+
+impl TableRead {
+    /// Table column of output column `i`.
+    fn table_column(&self, i: usize) -> Option<usize> {
+        let read_pos = match &self.output {
+            Some(cols) => *cols.get(i)?,
+            None => i,
+        };
+        self.read_columns.get(read_pos).copied()
+    }
+}
+
+fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
+    if let Some(scan) = plan.downcast_ref::<OoodeScanExec>() {
+        return Some(TableRead {
+            table: scan.table().clone(),
+            name: scan.table_name().to_string(),
+            read_columns: scan.projection().to_vec(),
+            predicate: None,
+            output: None,
+        });
+    }
+    if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
+        return Some(scan.as_table_read_parts()).map(|(table, name, read, pred, out)| TableRead {
+            table,
+            name,
+            read_columns: read,
+            predicate: Some(pred),
+            output: out,
+        });
+    }
+    if let Some(filter) = plan.downcast_ref::<FilterExec>()
+        && let Some(scan) = filter.input().downcast_ref::<OoodeScanExec>()
+    {
+        return Some(TableRead {
+            table: scan.table().clone(),
+            name: scan.table_name().to_string(),
+            read_columns: scan.projection().to_vec(),
+            predicate: Some(filter.predicate().clone()),
+            output: filter.projection().as_ref().map(|p| p.to_vec()),
+        });
+    }
+    if let Some(proj) = plan.downcast_ref::<ProjectionExec>() {
+        let mut inner = table_read(proj.input())?;
+        let cols: Option<Vec<usize>> = proj
+            .expr()
+            .iter()
+            .map(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))
+            .collect();
+        let cols = cols?;
+        // Output names must stay those of the projection.
+        let names_kept = proj.expr().iter().zip(&cols).all(|(e, &c)| {
+            e.alias == proj.input().schema().field(c).name().as_str()
+        });
+        if !names_kept {
+            return None;
+        }
+        inner.output = Some(match &inner.output {
+            Some(prev) => cols.iter().map(|&c| prev[c]).collect(),
+            None => cols,
+        });
+        return Some(inner);
+    }
+    None
+}
+
+struct Planner<'a> {
+    config: &'a OoodeConfig,
+    query: Arc<QueryIo>,
+}
+
+impl Planner<'_> {
+    fn wants(&self, index_pages: f64, scan_pages: f64) -> bool {
+        match self.config.index_join {
+            IndexJoinMode::Never => false,
+            IndexJoinMode::Always => true,
+            IndexJoinMode::Auto => index_pages <= self.config.index_cost_ratio * scan_pages,
+        }
+    }
+
+    /// FilterExec over a full scan -> IndexScanExec, if a predicate bounds an index's first
+    /// column and the index reads few enough pages.
+    fn index_scan(&self, filter: &FilterExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(scan) = filter.input().downcast_ref::<OoodeScanExec>() else {
+            return Ok(None);
+        };
+        let table = scan.table().table();
+        let mut best: Option<(usize, Vec<_>, String, usize, usize)> = None;
+        for (i, idx) in table.indexes().iter().enumerate() {
+            let first = table.schema().index_of(&idx.meta.columns[0])?;
+            let Some(pos) = scan.projection().iter().position(|&c| c == first) else {
+                continue;
+            };
+            let Some(bounds) = column_bounds(filter.predicate(), pos) else {
+                continue;
+            };
+            let ranges = key_ranges(&bounds, &table.schema().fields()[first])?;
+            let (rows, pages) = index_scan_estimate(table, idx, &ranges);
+            if best.as_ref().is_none_or(|b| pages < b.4) {
+                best = Some((i, ranges, describe(&bounds, &idx.meta.columns[0]), rows, pages));
+            }
+        }
+        let Some((index, ranges, text, rows, pages)) = best else {
+            return Ok(None);
+        };
+        if !self.wants(pages as f64, table.manifest().heap_pages as f64) {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(IndexScanExec::try_new(
+            scan.table().clone(),
+            scan.table_name(),
+            index,
+            ranges,
+            text,
+            scan.projection().to_vec(),
+            filter.predicate().clone(),
+            filter.projection().as_ref().map(|p| p.to_vec()),
+            rows,
+            self.query.clone(),
+        )?)))
+    }
+
+    /// HashJoinExec with an indexed ooode table on one side -> IndexJoinExec.
+    fn index_join(&self, join: &HashJoinExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if join.null_aware
+            || join.null_equality != NullEquality::NullEqualsNothing
+            || join.fetch().is_some()
+        {
+            return Ok(None);
+        }
+        use JoinType::*;
+        // (inner side, kind) candidates: the outer side is the one the join preserves.
+        let candidates: &[(JoinSide, IndexJoinKind)] = match join.join_type {
+            Inner => &[(JoinSide::Right, IndexJoinKind::Inner), (JoinSide::Left, IndexJoinKind::Inner)],
+            Left => &[(JoinSide::Right, IndexJoinKind::LeftOuter)],
+            LeftSemi => &[(JoinSide::Right, IndexJoinKind::Semi)],
+            LeftAnti => &[(JoinSide::Right, IndexJoinKind::Anti)],
+            Right => &[(JoinSide::Left, IndexJoinKind::LeftOuter)],
+            RightSemi => &[(JoinSide::Left, IndexJoinKind::Semi)],
+            RightAnti => &[(JoinSide::Left, IndexJoinKind::Anti)],
+            _ => &[],
+        };
+        let mut best: Option<(f64, Arc<dyn ExecutionPlan>)> = None;
+        for &(inner_side, kind) in candidates {
+            if let Some(plan) = self.try_side(join, inner_side, kind)? {
+                if best.as_ref().is_none_or(|b| plan.0 < b.0) {
+                    best = Some(plan);
+                }
+            }
+        }
+        Ok(best.map(|b| b.1))
+    }
+
+    fn try_side(
+        &self,
+        join: &HashJoinExec,
+        inner_side: JoinSide,
+        kind: IndexJoinKind,
+    ) -> Result<Option<(f64, Arc<dyn ExecutionPlan>)>> {
+        let (inner_plan, outer_plan) = match inner_side {
+            JoinSide::Left => (&join.left, &join.right),
+            _ => (&join.right, &join.left),
+        };
+        let Some(read) = table_read(inner_plan) else {
+            return Ok(None);
+        };
+        let table = read.table.table();
+        // Inner key columns (table columns) paired with outer key expressions.
+        let mut pairs = Vec::new();
+        for (l, r) in &join.on {
+            let (inner_expr, outer_expr) = match inner_side {
+                JoinSide::Left => (l, r),
+                _ => (r, l),
+            };
+            let Some(col) = inner_expr.downcast_ref::<Column>() else {
+                return Ok(None);
+            };
+            let Some(table_col) = read.table_column(col.index()) else {
+                return Ok(None);
+            };
+            pairs.push((table_col, outer_expr.clone()));
+        }
+        // An index whose leading columns are exactly the join key columns.
+        let mut choice = None;
+        for (i, idx) in table.indexes().iter().enumerate() {
+            let k = pairs.len();
+            if idx.meta.columns.len() < k {
+                continue;
+            }
+            let lead: Option<Vec<usize>> = idx.meta.columns[..k]
+                .iter()
+                .map(|c| table.schema().index_of(c).ok())
+                .collect();
+            let Some(lead) = lead else { continue };
+            let outer_keys: Option<Vec<_>> = lead
+                .iter()
+                .map(|c| pairs.iter().find(|p| p.0 == *c).map(|p| p.1.clone()))
+                .collect();
+            let Some(outer_keys) = outer_keys else { continue };
+            if pairs.iter().all(|p| lead.contains(&p.0)) {
+                let (rows, pages) = probe_estimate(table, idx, k);
+                if choice.as_ref().is_none_or(|c: &(usize, Vec<_>, f64, f64)| pages < c.3) {
+                    choice = Some((i, outer_keys, rows, pages));
+                }
+            }
+        }
+        let Some((index, outer_keys, rows_per_probe, pages_per_probe)) = choice else {
+            return Ok(None);
+        };
+        let outer_rows = StatisticsContext::new()
+            .compute(outer_plan.as_ref(), &StatisticsArgs::new())?
+            .num_rows
+            .get_value()
+            .copied();
+        let cost = match (outer_rows, self.config.index_join) {
+            (Some(n), _) => n as f64 * pages_per_probe,
+            (None, IndexJoinMode::Always) => 0.0,
+            (None, _) => return Ok(None),
+        };
+        if !self.wants(cost, table.manifest().heap_pages as f64) {
+            return Ok(None);
+        }
+        let inner = Arc::new(InnerSide::try_new(
+            read.table.clone(),
+            read.name.clone(),
+            index,
+            outer_keys.len(),
+            read.read_columns.clone(),
+            read.predicate.clone(),
+            read.output.clone(),
+        )?);
+        let estimated = outer_rows.map(|n| (n as f64 * rows_per_probe) as usize);
+        let node: Arc<dyn ExecutionPlan> = Arc::new(IndexJoinExec::try_new(
+            outer_plan.clone(),
+            outer_keys,
+            inner,
+            kind,
+            join.filter.clone(),
+            inner_side.negate(),
+            estimated,
+            self.query.clone(),
+        )?);
+        Ok(Some((cost, restore_join_output(join, node, inner_side, kind)?)))
+    }
+}
+
+/// Puts the index join's columns (outer, then inner) back in the hash join's output order
+/// (left, then right) and applies the hash join's projection.
+fn restore_join_output(
+    join: &HashJoinExec,
+    node: Arc<dyn ExecutionPlan>,
+    inner_side: JoinSide,
+    kind: IndexJoinKind,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let outer_len = match inner_side {
+        JoinSide::Left => join.right.schema().fields().len(),
+        _ => join.left.schema().fields().len(),
+    };
+    let node_len = node.schema().fields().len();
+    // Position in `node` of each column of the hash join's unprojected output.
+    let order: Vec<usize> = match (inner_side, kind) {
+        (JoinSide::Left, IndexJoinKind::Inner | IndexJoinKind::LeftOuter) => {
+            (outer_len..node_len).chain(0..outer_len).collect()
+        }
+        _ => (0..node_len).collect(),
+    };
+    let order: Vec<usize> = match &join.projection {
+        Some(p) => p.iter().map(|&i| order[i]).collect(),
+        None => order,
+    };
+    if order.iter().copied().eq(0..node_len) {
+        return Ok(node);
+    }
+    let want = join.schema();
+    let exprs: Vec<ProjectionExpr> = order
+        .iter()
+        .zip(want.fields())
+        .map(|(&i, f)| ProjectionExpr {
+            expr: Arc::new(Column::new(node.schema().field(i).name(), i)) as Arc<dyn PhysicalExpr>,
+            alias: f.name().clone(),
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, node)?))
+}
+
+impl PhysicalOptimizerRule for OoodeIndexRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(ooode) = config.extensions.get::<OoodeConfig>() else {
+            return Ok(plan);
+        };
+        // One read budget for every ooode node of this query.
+        let planner = Planner {
+            config: ooode,
+            query: QueryIo::new(ooode),
+        };
+        plan.transform_up(|node| {
+            if let Some(scan) = node.downcast_ref::<OoodeScanExec>() {
+                return Ok(Transformed::yes(
+                    Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>
+                ));
+            }
+            if ooode.index_join == IndexJoinMode::Never {
+                return Ok(Transformed::no(node));
+            }
+            if let Some(filter) = node.downcast_ref::<FilterExec>()
+                && let Some(new) = planner.index_scan(filter)?
+            {
+                return Ok(Transformed::yes(new));
+            }
+            if let Some(join) = node.downcast_ref::<HashJoinExec>()
+                && let Some(new) = planner.index_join(join)?
+            {
+                return Ok(Transformed::yes(new));
+            }
+            Ok(Transformed::no(node))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "ooode_index"
+    }
+
+    fn schema_check(&self) -> bool {
+        // Left outer joins mark the inner columns nullable, as DataFusion's hash join does.
+        true
+    }
+}
