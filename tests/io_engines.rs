@@ -271,7 +271,10 @@ async fn table_io_verifies_pages_and_names_damage() {
     assert!(io.heap_page(2, std::slice::from_ref(&m)).await.is_ok());
     // Index pages come through the same path.
     let idx = &table.indexes()[1];
-    let root = io.index_page(1, idx.meta.tree.root, std::slice::from_ref(&m)).await.unwrap();
+    let root = io
+        .index_page(1, idx.meta.tree.root, std::slice::from_ref(&m))
+        .await
+        .unwrap();
     assert_eq!(
         &root[..],
         &idx.segment.read_page(idx.meta.tree.root).unwrap()[..]

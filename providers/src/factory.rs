@@ -24,7 +24,9 @@ impl TableProviderFactory for OoodeTableFactory {
             return plan_err!("STORED AS OOODE needs exactly one LOCATION: the table directory");
         };
         if let Some(key) = cmd.options.keys().find(|k| !k.starts_with("format.")) {
-            return plan_err!("unknown option '{key}' for an OOODE table (it takes none when reading)");
+            return plan_err!(
+                "unknown option '{key}' for an OOODE table (it takes none when reading)"
+            );
         }
         let path = location.strip_prefix("file://").unwrap_or(location);
         let table = OoodeTable::open(path)?;

@@ -77,11 +77,7 @@ impl OoodeRuntime {
 
     /// The table in `dir`, opened for reading in `mode` (cached: a table is opened once).
     pub fn table(&self, dir: &Path, mode: ExecutionMode, direct: bool) -> Result<Arc<TableIo>> {
-        let key = (
-            dir.to_path_buf(),
-            mode == ExecutionMode::InOrder,
-            direct,
-        );
+        let key = (dir.to_path_buf(), mode == ExecutionMode::InOrder, direct);
         if let Some(t) = self.tables.lock().get(&key) {
             return Ok(t.clone());
         }

@@ -45,7 +45,8 @@ impl NodeMetrics {
         self.pages_read.set(s.reads as usize);
         self.buffer_hits.set(s.hits as usize);
         self.max_in_flight.set(s.max_in_flight as usize);
-        self.mean_in_flight_x100.set((s.mean_in_flight * 100.0) as usize);
+        self.mean_in_flight_x100
+            .set((s.mean_in_flight * 100.0) as usize);
         self.io_time_us.set(s.read_time.as_micros() as usize);
     }
 }

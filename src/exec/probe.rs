@@ -26,33 +26,74 @@ impl StepMetrics {
     }
 }
 
-async fn with_permit<T>(
-    query: &QueryIo,
-    read: impl std::future::Future<Output = crate::storage::Result<T>>,
-) -> Result<T> {
-    let _permit = query
-        .permits
-        .acquire()
-        .await
-        .map_err(|e| datafusion::common::DataFusionError::Execution(e.to_string()))?;
-    read.await.map_err(to_df)
+/// Runs one page read under a permit of the query's budget, as a task of its own.
+///
+/// The task, not the step that asked for the page, waits for the permit, reads and gives the
+/// permit back. Permits are handed out in FIFO order, so a permit granted to a step that is
+/// not being polled (its operator waits for room in its output channel) would be held
+/// hostage while the operators downstream, which must run to make that room, wait for it.
+/// A dropped step aborts its task; an aborted read is finished and recycled by the engine.
+async fn with_permit<F>(query: &QueryIo, read: F) -> Result<PageBuf>
+where
+    F: std::future::Future<Output = crate::storage::Result<PageBuf>> + Send + 'static,
+{
+    let permits = query.permits.clone();
+    let task = AbortOnDrop(tokio::spawn(async move {
+        let _permit = permits
+            .acquire_owned()
+            .await
+            .map_err(|e| crate::storage::StorageError::Input(format!("read budget closed: {e}")))?;
+        read.await
+    }));
+    task.await
+        .map_err(|e| {
+            datafusion::common::DataFusionError::Execution(format!("page read task: {e}"))
+        })?
+        .map_err(to_df)
+}
+
+/// A task handle that aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
 }
 
 /// Values (row ids, or heap page row ids for a sparse index) of the keys in `range` of the
 /// `index`-th index of `table`.
 pub async fn lookup(
-    table: &TableIo,
+    table: &Arc<TableIo>,
     index: usize,
     range: KeyRange,
     query: &QueryIo,
     metrics: &StepMetrics,
 ) -> Result<Vec<u64>> {
     let meta = &table.table().indexes()[index].meta;
-    let file = table.table().indexes()[index].segment.file_of(0).to_path_buf();
+    let file = table.table().indexes()[index]
+        .segment
+        .file_of(0)
+        .to_path_buf();
     let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse());
     let mut out = Vec::new();
     while let Some(page_no) = cursor.next_page() {
-        let page = with_permit(query, table.index_page(index, page_no, &metrics.0)).await?;
+        let (t, m) = (table.clone(), metrics.clone());
+        let page = with_permit(
+            query,
+            async move { t.index_page(index, page_no, &m.0).await },
+        )
+        .await?;
         cursor.feed(&page, &file, &mut out).map_err(to_df)?;
     }
     Ok(out)
@@ -60,12 +101,13 @@ pub async fn lookup(
 
 /// Heap page `page_no` of `table`.
 pub async fn heap_page(
-    table: &TableIo,
+    table: &Arc<TableIo>,
     page_no: u64,
     query: &QueryIo,
     metrics: &StepMetrics,
 ) -> Result<PageBuf> {
-    with_permit(query, table.heap_page(page_no, &metrics.0)).await
+    let (t, m) = (table.clone(), metrics.clone());
+    with_permit(query, async move { t.heap_page(page_no, &m.0).await }).await
 }
 
 /// Decodes columns `projection` of a heap page, keeping the rows at `slots` (all when None).
@@ -90,7 +132,10 @@ pub fn decode_rows(
                 return Err(to_df(crate::storage::StorageError::corrupted(
                     file,
                     Some(page_no),
-                    format!("index points at slot {bad}, the page has {} rows", batch.num_rows()),
+                    format!(
+                        "index points at slot {bad}, the page has {} rows",
+                        batch.num_rows()
+                    ),
                 )));
             }
             let idx = UInt32Array::from_iter_values(slots.iter().map(|&s| s as u32));

@@ -8,7 +8,11 @@ use crate::storage::{IndexHandle, Table};
 const COUNTED_RANGES: usize = 32;
 
 /// Estimated rows and page reads of an index scan over `ranges`.
-pub fn index_scan_estimate(table: &Table, index: &IndexHandle, ranges: &[KeyRange]) -> (usize, usize) {
+pub fn index_scan_estimate(
+    table: &Table,
+    index: &IndexHandle,
+    ranges: &[KeyRange],
+) -> (usize, usize) {
     let m = table.manifest();
     let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
     let counted = ranges.len().min(COUNTED_RANGES);

@@ -15,9 +15,9 @@ use datafusion::physical_expr::expressions::{BinaryExpr, Column, InListExpr, Lit
 use datafusion::physical_expr::utils::split_conjunction;
 
 use crate::exec::context::to_df;
+use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
 use crate::storage::key::prefix_successor;
-use crate::storage::KeyEncoder;
 
 /// Conditions on one column.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,9 +71,10 @@ pub fn column_bounds(predicate: &Arc<dyn PhysicalExpr>, column: usize) -> Option
             let set_lower = |b: &mut ColumnBounds, new: Bound<ScalarValue>| {
                 let replace = match (&b.lower, &new) {
                     (Bound::Unbounded, _) => true,
-                    (Bound::Included(o) | Bound::Excluded(o), Bound::Included(n) | Bound::Excluded(n)) => {
-                        tighter(n, o, true)
-                    }
+                    (
+                        Bound::Included(o) | Bound::Excluded(o),
+                        Bound::Included(n) | Bound::Excluded(n),
+                    ) => tighter(n, o, true),
                     _ => false,
                 };
                 if replace {
@@ -83,9 +84,10 @@ pub fn column_bounds(predicate: &Arc<dyn PhysicalExpr>, column: usize) -> Option
             let set_upper = |b: &mut ColumnBounds, new: Bound<ScalarValue>| {
                 let replace = match (&b.upper, &new) {
                     (Bound::Unbounded, _) => true,
-                    (Bound::Included(o) | Bound::Excluded(o), Bound::Included(n) | Bound::Excluded(n)) => {
-                        tighter(n, o, false)
-                    }
+                    (
+                        Bound::Included(o) | Bound::Excluded(o),
+                        Bound::Included(n) | Bound::Excluded(n),
+                    ) => tighter(n, o, false),
                     _ => false,
                 };
                 if replace {

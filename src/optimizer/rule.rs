@@ -105,9 +105,11 @@ fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
             .collect();
         let cols = cols?;
         // Output names must stay those of the projection.
-        let names_kept = proj.expr().iter().zip(&cols).all(|(e, &c)| {
-            e.alias == proj.input().schema().field(c).name().as_str()
-        });
+        let names_kept = proj
+            .expr()
+            .iter()
+            .zip(&cols)
+            .all(|(e, &c)| e.alias == proj.input().schema().field(c).name().as_str());
         if !names_kept {
             return None;
         }
@@ -153,7 +155,13 @@ impl Planner<'_> {
             let ranges = key_ranges(&bounds, &table.schema().fields()[first])?;
             let (rows, pages) = index_scan_estimate(table, idx, &ranges);
             if best.as_ref().is_none_or(|b| pages < b.4) {
-                best = Some((i, ranges, describe(&bounds, &idx.meta.columns[0]), rows, pages));
+                best = Some((
+                    i,
+                    ranges,
+                    describe(&bounds, &idx.meta.columns[0]),
+                    rows,
+                    pages,
+                ));
             }
         }
         let Some((index, ranges, text, rows, pages)) = best else {
@@ -187,7 +195,10 @@ impl Planner<'_> {
         use JoinType::*;
         // (inner side, kind) candidates: the outer side is the one the join preserves.
         let candidates: &[(JoinSide, IndexJoinKind)] = match join.join_type {
-            Inner => &[(JoinSide::Right, IndexJoinKind::Inner), (JoinSide::Left, IndexJoinKind::Inner)],
+            Inner => &[
+                (JoinSide::Right, IndexJoinKind::Inner),
+                (JoinSide::Left, IndexJoinKind::Inner),
+            ],
             Left => &[(JoinSide::Right, IndexJoinKind::LeftOuter)],
             LeftSemi => &[(JoinSide::Right, IndexJoinKind::Semi)],
             LeftAnti => &[(JoinSide::Right, IndexJoinKind::Anti)],
@@ -252,10 +263,15 @@ impl Planner<'_> {
                 .iter()
                 .map(|c| pairs.iter().find(|p| p.0 == *c).map(|p| p.1.clone()))
                 .collect();
-            let Some(outer_keys) = outer_keys else { continue };
+            let Some(outer_keys) = outer_keys else {
+                continue;
+            };
             if pairs.iter().all(|p| lead.contains(&p.0)) {
                 let (rows, pages) = probe_estimate(table, idx, k);
-                if choice.as_ref().is_none_or(|c: &(usize, Vec<_>, f64, f64)| pages < c.3) {
+                if choice
+                    .as_ref()
+                    .is_none_or(|c: &(usize, Vec<_>, f64, f64)| pages < c.3)
+                {
                     choice = Some((i, outer_keys, rows, pages));
                 }
             }
@@ -296,7 +312,10 @@ impl Planner<'_> {
             estimated,
             self.query.clone(),
         )?);
-        Ok(Some((cost, restore_join_output(join, node, inner_side, kind)?)))
+        Ok(Some((
+            cost,
+            restore_join_output(join, node, inner_side, kind)?,
+        )))
     }
 }
 
@@ -356,7 +375,7 @@ impl PhysicalOptimizerRule for OoodeIndexRule {
         plan.transform_up(|node| {
             if let Some(scan) = node.downcast_ref::<OoodeScanExec>() {
                 return Ok(Transformed::yes(
-                    Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>
+                    Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>,
                 ));
             }
             if ooode.index_join == IndexJoinMode::Never {

@@ -16,9 +16,18 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for b in batches {
-        let fmts: Vec<_> = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap()).collect();
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
         for r in 0..b.num_rows() {
-            out.push(fmts.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+            out.push(
+                fmts.iter()
+                    .map(|f| f.value(r).to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
         }
     }
     out.sort();
@@ -28,7 +37,13 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 async fn run(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
     let mut last = Vec::new();
     for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-        last = ctx.sql(stmt).await.unwrap_or_else(|e| panic!("{e}\n{stmt}")).collect().await.unwrap_or_else(|e| panic!("{e}\n{stmt}"));
+        last = ctx
+            .sql(stmt)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{stmt}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{stmt}"));
     }
     last
 }
@@ -48,13 +63,21 @@ async fn tpch_results_match_stock_datafusion() {
     let stock = SessionContext::new();
     for t in &TABLES {
         stock
-            .register_parquet(t.name, data.parquet_file(t.name).to_str().unwrap(), ParquetReadOptions::default())
+            .register_parquet(
+                t.name,
+                data.parquet_file(t.name).to_str().unwrap(),
+                ParquetReadOptions::default(),
+            )
             .await
             .unwrap();
     }
     let ooode = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
     for t in &TABLES {
-        let sql = format!("CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{}'", t.name, data.ooode_table(t.name).display());
+        let sql = format!(
+            "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{}'",
+            t.name,
+            data.ooode_table(t.name).display()
+        );
         run(&ooode, &sql).await;
     }
     let mut index_plans = 0;
@@ -66,9 +89,18 @@ async fn tpch_results_match_stock_datafusion() {
                 run(&ooode, &format!("SET ooode.execution_mode = '{mode}'")).await;
                 run(&ooode, &format!("SET ooode.index_join = '{rule}'")).await;
                 let got = rows(&run(&ooode, &sql).await);
-                assert_eq!(got, want, "q{n} differs with ooode.index_join={rule}, execution_mode={mode}");
+                assert_eq!(
+                    got, want,
+                    "q{n} differs with ooode.index_join={rule}, execution_mode={mode}"
+                );
                 if rule == "always" && mode == "out_of_order" {
-                    let last = sql.split(';').map(str::trim).filter(|s| !s.is_empty()).last().unwrap().to_string();
+                    let last = sql
+                        .split(';')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .last()
+                        .unwrap()
+                        .to_string();
                     let plan = rows(&run(&ooode, &format!("EXPLAIN {last}")).await).join("\n");
                     if plan.contains("IndexJoinExec") || plan.contains("IndexScanExec") {
                         index_plans += 1;
@@ -78,5 +110,8 @@ async fn tpch_results_match_stock_datafusion() {
         }
     }
     // Most TPC-H queries join through keys ooode indexes.
-    assert!(index_plans >= 15, "only {index_plans} queries used index nodes under 'always'");
+    assert!(
+        index_plans >= 15,
+        "only {index_plans} queries used index nodes under 'always'"
+    );
 }

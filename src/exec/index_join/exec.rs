@@ -15,7 +15,9 @@ use datafusion::physical_plan::execution_plan::{
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
-use datafusion::physical_plan::stream::{RecordBatchReceiverStreamBuilder, RecordBatchStreamAdapter};
+use datafusion::physical_plan::stream::{
+    RecordBatchReceiverStreamBuilder, RecordBatchStreamAdapter,
+};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
@@ -100,7 +102,10 @@ impl InnerSide {
                 }
             })
             .collect();
-        let fields: Vec<_> = key_cols.iter().map(|&c| t.schema().fields()[c].clone()).collect();
+        let fields: Vec<_> = key_cols
+            .iter()
+            .map(|&c| t.schema().fields()[c].clone())
+            .collect();
         let encoder = KeyEncoder::new(&fields).map_err(to_df)?;
         let read_schema = t.schema().project(&read_columns)?;
         let output_schema = Arc::new(match &output {
@@ -157,7 +162,11 @@ impl IndexJoinExec {
         query: Arc<QueryIo>,
     ) -> Result<Self> {
         if outer_keys.len() != inner.encoder.columns() {
-            return internal_err!("{} join keys for an index key of {}", outer_keys.len(), inner.encoder.columns());
+            return internal_err!(
+                "{} join keys for an index key of {}",
+                outer_keys.len(),
+                inner.encoder.columns()
+            );
         }
         let mut fields: Vec<Arc<Field>> = outer.schema().fields().iter().cloned().collect();
         match kind {

@@ -31,17 +31,25 @@ fn take_all(batch: &RecordBatch, idx: &UInt32Array) -> Result<Vec<ArrayRef>> {
 impl OutputSpec {
     /// Output rows for outer rows `rows` of `outer`, all with the same key, whose inner
     /// matches are `inner` (already filtered by the inner side's own predicate).
-    pub fn build(&self, outer: &RecordBatch, rows: &[u32], inner: &RecordBatch) -> Result<RecordBatch> {
+    pub fn build(
+        &self,
+        outer: &RecordBatch,
+        rows: &[u32],
+        inner: &RecordBatch,
+    ) -> Result<RecordBatch> {
         let m = inner.num_rows();
         // Candidate pairs: every outer row with every inner row.
-        let outer_idx = UInt32Array::from_iter_values(rows.iter().flat_map(|&r| std::iter::repeat_n(r, m)));
-        let inner_idx =
-            UInt32Array::from_iter_values((0..rows.len()).flat_map(|_| 0..m as u32));
+        let outer_idx =
+            UInt32Array::from_iter_values(rows.iter().flat_map(|&r| std::iter::repeat_n(r, m)));
+        let inner_idx = UInt32Array::from_iter_values((0..rows.len()).flat_map(|_| 0..m as u32));
         let pass: Option<BooleanArray> = match &self.filter {
             Some(f) if m > 0 => Some(self.eval_filter(f, outer, &outer_idx, inner, &inner_idx)?),
             _ => None,
         };
-        let passes = |pair: usize| pass.as_ref().is_none_or(|p| p.is_valid(pair) && p.value(pair));
+        let passes = |pair: usize| {
+            pass.as_ref()
+                .is_none_or(|p| p.is_valid(pair) && p.value(pair))
+        };
         match self.kind {
             IndexJoinKind::Inner | IndexJoinKind::LeftOuter => {
                 let mut cols = take_all(outer, &outer_idx)?;
@@ -64,7 +72,10 @@ impl OutputSpec {
                     return Ok(joined);
                 }
                 let padded = self.outer_with_nulls(outer, &unmatched)?;
-                Ok(arrow::compute::concat_batches(&self.schema, [&joined, &padded])?)
+                Ok(arrow::compute::concat_batches(
+                    &self.schema,
+                    [&joined, &padded],
+                )?)
             }
             IndexJoinKind::Semi | IndexJoinKind::Anti => {
                 let want_match = self.kind == IndexJoinKind::Semi;
@@ -75,7 +86,10 @@ impl OutputSpec {
                     .map(|(_, &r)| r)
                     .collect();
                 let idx = UInt32Array::from(keep);
-                Ok(RecordBatch::try_new(self.schema.clone(), take_all(outer, &idx)?)?)
+                Ok(RecordBatch::try_new(
+                    self.schema.clone(),
+                    take_all(outer, &idx)?,
+                )?)
             }
         }
     }
@@ -86,7 +100,10 @@ impl OutputSpec {
             IndexJoinKind::Inner | IndexJoinKind::Semi => Ok(None),
             IndexJoinKind::Anti => {
                 let idx = UInt32Array::from(rows.to_vec());
-                Ok(Some(RecordBatch::try_new(self.schema.clone(), take_all(outer, &idx)?)?))
+                Ok(Some(RecordBatch::try_new(
+                    self.schema.clone(),
+                    take_all(outer, &idx)?,
+                )?))
             }
             IndexJoinKind::LeftOuter => Ok(Some(self.outer_with_nulls(outer, rows)?)),
         }
@@ -132,9 +149,9 @@ impl OutputSpec {
             .as_any()
             .downcast_ref::<BooleanArray>()
             .cloned()
-            .ok_or_else(|| datafusion::common::DataFusionError::Internal(
-                "join filter is not boolean".into(),
-            ))?;
+            .ok_or_else(|| {
+                datafusion::common::DataFusionError::Internal("join filter is not boolean".into())
+            })?;
         Ok(mask)
     }
 }
@@ -146,4 +163,31 @@ fn clean(mask: &BooleanArray) -> BooleanArray {
     } else {
         arrow::compute::prep_null_mask_filter(mask)
     }
+}
+
+/// Rewrites string and binary view columns to hold only the bytes their rows use.
+///
+/// Taking rows from a view array keeps all of its data buffers, and concatenating keeps all
+/// buffers of all parts: through a chain of joins the buffer lists would multiply. Output
+/// batches are compacted before they leave the node.
+pub fn compact_views(batch: RecordBatch) -> Result<RecordBatch> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::DataType;
+    if !batch
+        .columns()
+        .iter()
+        .any(|c| matches!(c.data_type(), DataType::Utf8View | DataType::BinaryView))
+    {
+        return Ok(batch);
+    }
+    let cols: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::Utf8View => Arc::new(c.as_string_view().gc()) as ArrayRef,
+            DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as ArrayRef,
+            _ => c.clone(),
+        })
+        .collect();
+    Ok(RecordBatch::try_new(batch.schema(), cols)?)
 }

@@ -30,7 +30,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
-use super::output::OutputSpec;
+use super::output::{OutputSpec, compact_views};
 use crate::exec::context::QueryIo;
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::probe::{StepMetrics, decode_rows, group_by_page, heap_page, lookup};
@@ -53,9 +53,21 @@ type ProbeResult = Result<Option<RecordBatch>>;
 
 /// Rows of the inner table whose key is `key` (a full key or a key prefix), after the inner
 /// predicate, projected to the inner output columns.
-async fn probe(inner: Arc<InnerSide>, key: Vec<u8>, query: Arc<QueryIo>, steps: StepMetrics) -> Result<RecordBatch> {
+async fn probe(
+    inner: Arc<InnerSide>,
+    key: Vec<u8>,
+    query: Arc<QueryIo>,
+    steps: StepMetrics,
+) -> Result<RecordBatch> {
     let table = &inner.table;
-    let ids = lookup(table, inner.index, KeyRange::prefix(key.clone()), &query, &steps).await?;
+    let ids = lookup(
+        table,
+        inner.index,
+        KeyRange::prefix(key.clone()),
+        &query,
+        &steps,
+    )
+    .await?;
     let pages = group_by_page(&ids);
     let inner_ref = &inner;
     let mut fetches: FuturesUnordered<_> = pages
@@ -74,9 +86,15 @@ async fn probe(inner: Arc<InnerSide>, key: Vec<u8>, query: Arc<QueryIo>, steps: 
         let mut rows = rows?;
         if inner.sparse {
             // A sparse index names pages: keep the rows whose key starts with the probe key.
-            let key_cols: Vec<ArrayRef> =
-                inner.key_positions.iter().map(|&i| rows.column(i).clone()).collect();
-            let keys = inner.encoder.encode_rows(&key_cols).map_err(crate::exec::context::to_df)?;
+            let key_cols: Vec<ArrayRef> = inner
+                .key_positions
+                .iter()
+                .map(|&i| rows.column(i).clone())
+                .collect();
+            let keys = inner
+                .encoder
+                .encode_rows(&key_cols)
+                .map_err(crate::exec::context::to_df)?;
             let mask: arrow::array::BooleanArray =
                 keys.iter().map(|k| Some(k.starts_with(&key))).collect();
             rows = arrow::compute::filter_record_batch(&rows, &mask)?;
@@ -107,7 +125,7 @@ pub async fn run(mut work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<
         let want_outer = !outer_done && probes.len() < work.max_probes;
         let flush_now = out_rows >= work.flush_rows || (probes.is_empty() && out_rows > 0);
         if flush_now {
-            let batch = concat_batches(&schema, &out)?;
+            let batch = compact_views(concat_batches(&schema, &out)?)?;
             out.clear();
             out_rows = 0;
             if tx.send(Ok(batch)).await.is_err() {

@@ -105,7 +105,13 @@ impl IndexScanExec {
     #[allow(clippy::type_complexity)]
     pub fn as_table_read_parts(
         &self,
-    ) -> (Arc<TableIo>, String, Vec<usize>, Arc<dyn PhysicalExpr>, Option<Vec<usize>>) {
+    ) -> (
+        Arc<TableIo>,
+        String,
+        Vec<usize>,
+        Arc<dyn PhysicalExpr>,
+        Option<Vec<usize>>,
+    ) {
         (
             self.table.clone(),
             self.name.clone(),

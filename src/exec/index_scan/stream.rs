@@ -72,7 +72,8 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
                             let page = heap_page(&w.table, page_no, &w.query, &steps).await?;
                             // A sparse index names pages: every row of the page is a candidate.
                             let slots = (!w.sparse).then_some(slots.as_slice());
-                            let rows = decode_rows(&w.table, page_no, &page, &w.read_columns, slots)?;
+                            let rows =
+                                decode_rows(&w.table, page_no, &page, &w.read_columns, slots)?;
                             let rows = batch_filter(&rows, &w.predicate)?;
                             let rows = match &w.output {
                                 Some(cols) => rows.project(cols)?,

@@ -101,7 +101,12 @@ impl OoodeScanExec {
 
 impl DisplayAs for OoodeScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let cols: Vec<_> = self.schema.fields().iter().map(|c| c.name().as_str()).collect();
+        let cols: Vec<_> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|c| c.name().as_str())
+            .collect();
         write!(
             f,
             "OoodeScanExec: table={}, pages={}, projection=[{}]",
@@ -171,8 +176,12 @@ impl ExecutionPlan for OoodeScanExec {
         );
         let stream = futures::stream::iter(start..end)
             .map(move |page_no| {
-                let (table, query, projection, steps) =
-                    (table.clone(), query.clone(), projection.clone(), steps.clone());
+                let (table, query, projection, steps) = (
+                    table.clone(),
+                    query.clone(),
+                    projection.clone(),
+                    steps.clone(),
+                );
                 async move {
                     let page = heap_page(&table, page_no, &query, &steps).await?;
                     decode_rows(&table, page_no, &page, &projection, None)
