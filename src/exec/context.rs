@@ -106,6 +106,10 @@ pub struct QueryIo {
     pub permits: Arc<Semaphore>,
     /// Reads of the whole query.
     pub metrics: Arc<IoMetrics>,
+    /// Counters of the query's plan nodes that issued reads.
+    nodes: Mutex<Vec<std::sync::Weak<IoMetrics>>>,
+    /// Reads issued while a read of another plan node of the query was in flight.
+    overlapped: std::sync::atomic::AtomicU64,
 }
 
 impl QueryIo {
@@ -121,6 +125,38 @@ impl QueryIo {
             direct: config.direct_io,
             permits: Arc::new(Semaphore::new(permits)),
             metrics: IoMetrics::new(),
+            nodes: Mutex::new(Vec::new()),
+            overlapped: Default::default(),
         })
+    }
+
+    /// Registers a plan node's counters (for [`QueryIo::overlapped_reads`]).
+    pub fn register_node(&self, node: &Arc<IoMetrics>) {
+        let mut nodes = self.nodes.lock();
+        if !nodes
+            .iter()
+            .any(|n| std::ptr::eq(n.as_ptr(), Arc::as_ptr(node)))
+        {
+            nodes.push(Arc::downgrade(node));
+        }
+    }
+
+    /// Notes a read of `node` about to be issued: counts it as overlapped if another node of
+    /// the query has a read in flight.
+    pub fn note_read(&self, node: &Arc<IoMetrics>) {
+        let others_busy = self.nodes.lock().iter().any(|n| {
+            !std::ptr::eq(n.as_ptr(), Arc::as_ptr(node))
+                && n.upgrade().is_some_and(|m| m.snapshot().in_flight > 0)
+        });
+        if others_busy {
+            self.overlapped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Reads issued while another plan node of the query had a read in flight: proof that
+    /// the levels of a join chain run at the same time.
+    pub fn overlapped_reads(&self) -> u64 {
+        self.overlapped.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

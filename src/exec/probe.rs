@@ -22,6 +22,7 @@ pub struct StepMetrics(pub [Arc<IoMetrics>; 2]);
 impl StepMetrics {
     /// Counters of `node` within `query`.
     pub fn new(node: Arc<IoMetrics>, query: &QueryIo) -> Self {
+        query.register_node(&node);
         Self([node, query.metrics.clone()])
     }
 }
@@ -33,16 +34,17 @@ impl StepMetrics {
 /// not being polled (its operator waits for room in its output channel) would be held
 /// hostage while the operators downstream, which must run to make that room, wait for it.
 /// A dropped step aborts its task; an aborted read is finished and recycled by the engine.
-async fn with_permit<F>(query: &QueryIo, read: F) -> Result<PageBuf>
+async fn with_permit<F>(query: &Arc<QueryIo>, metrics: &StepMetrics, read: F) -> Result<PageBuf>
 where
     F: std::future::Future<Output = crate::storage::Result<PageBuf>> + Send + 'static,
 {
-    let permits = query.permits.clone();
+    let (query, node) = (query.clone(), metrics.0[0].clone());
     let task = AbortOnDrop(tokio::spawn(async move {
-        let _permit = permits
-            .acquire_owned()
-            .await
-            .map_err(|e| crate::storage::StorageError::Input(format!("read budget closed: {e}")))?;
+        let _permit =
+            query.permits.clone().acquire_owned().await.map_err(|e| {
+                crate::storage::StorageError::Input(format!("read budget closed: {e}"))
+            })?;
+        query.note_read(&node);
         read.await
     }));
     task.await
@@ -77,7 +79,7 @@ pub async fn lookup(
     table: &Arc<TableIo>,
     index: usize,
     range: KeyRange,
-    query: &QueryIo,
+    query: &Arc<QueryIo>,
     metrics: &StepMetrics,
 ) -> Result<Vec<u64>> {
     let meta = &table.table().indexes()[index].meta;
@@ -89,10 +91,9 @@ pub async fn lookup(
     let mut out = Vec::new();
     while let Some(page_no) = cursor.next_page() {
         let (t, m) = (table.clone(), metrics.clone());
-        let page = with_permit(
-            query,
-            async move { t.index_page(index, page_no, &m.0).await },
-        )
+        let page = with_permit(query, metrics, async move {
+            t.index_page(index, page_no, &m.0).await
+        })
         .await?;
         cursor.feed(&page, &file, &mut out).map_err(to_df)?;
     }
@@ -103,11 +104,16 @@ pub async fn lookup(
 pub async fn heap_page(
     table: &Arc<TableIo>,
     page_no: u64,
-    query: &QueryIo,
+    query: &Arc<QueryIo>,
     metrics: &StepMetrics,
 ) -> Result<PageBuf> {
     let (t, m) = (table.clone(), metrics.clone());
-    with_permit(query, async move { t.heap_page(page_no, &m.0).await }).await
+    with_permit(
+        query,
+        metrics,
+        async move { t.heap_page(page_no, &m.0).await },
+    )
+    .await
 }
 
 /// Decodes columns `projection` of a heap page, keeping the rows at `slots` (all when None).

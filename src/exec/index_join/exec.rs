@@ -208,6 +208,11 @@ impl IndexJoinExec {
         &self.io
     }
 
+    /// The query budget and counters this join reads under.
+    pub fn query(&self) -> &Arc<QueryIo> {
+        &self.query
+    }
+
     /// The outer input.
     pub fn outer(&self) -> &Arc<dyn ExecutionPlan> {
         &self.outer
@@ -323,7 +328,9 @@ impl ExecutionPlan for IndexJoinExec {
             query: self.query.clone(),
             node: node.clone(),
             max_probes: permits * 4,
-            flush_rows: context.session_config().batch_size().clamp(1, 1024),
+            // Small output batches let the next join of a chain start early (its probes then
+            // overlap this join's); DataFusion's batch size caps them.
+            flush_rows: context.session_config().batch_size().clamp(1, 256),
         };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
