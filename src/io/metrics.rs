@@ -196,3 +196,31 @@ impl Drop for Sampler {
         self.stop.store(true, Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_sampler() {
+        let m = IoMetrics::new();
+        let sampler = Sampler::start(m.clone(), Duration::from_millis(5));
+        let guards: Vec<_> = (0..3).map(|_| m.start_read()).collect();
+        assert_eq!(m.snapshot().in_flight, 3);
+        std::thread::sleep(Duration::from_millis(30));
+        for g in guards {
+            g.finish(Some(4096));
+        }
+        m.hit();
+        let s = m.snapshot();
+        assert_eq!(
+            (s.reads, s.bytes, s.hits, s.in_flight, s.max_in_flight),
+            (3, 3 * 4096, 1, 0, 3)
+        );
+        assert!((s.mean_in_flight - 2.0).abs() < 1e-9, "depths 1, 2, 3");
+        let samples = sampler.finish();
+        assert!(samples.len() >= 3, "{} samples", samples.len());
+        assert!(samples.iter().any(|x| x.in_flight == 3));
+        assert!(samples.iter().all(|x| x.t > 0.0 && x.iops >= 0.0));
+    }
+}

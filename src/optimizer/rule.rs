@@ -209,10 +209,10 @@ impl Planner<'_> {
         };
         let mut best: Option<(f64, Arc<dyn ExecutionPlan>)> = None;
         for &(inner_side, kind) in candidates {
-            if let Some(plan) = self.try_side(join, inner_side, kind)? {
-                if best.as_ref().is_none_or(|b| plan.0 < b.0) {
-                    best = Some(plan);
-                }
+            if let Some(plan) = self.try_side(join, inner_side, kind)?
+                && best.as_ref().is_none_or(|b| plan.0 < b.0)
+            {
+                best = Some(plan);
             }
         }
         Ok(best.map(|b| b.1))

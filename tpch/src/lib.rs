@@ -2,5 +2,6 @@
 //! the I/O benchmark against fio.
 
 pub mod datagen;
+pub mod fig4;
 pub mod iobench;
 pub mod tables;

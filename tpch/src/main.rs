@@ -30,6 +30,21 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// The paper's Fig. 4 sweep: ooode out of order / in order / auto vs DataFusion on Parquet.
+    Fig4 {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Customer counts N (c_custkey <= N).
+        #[arg(long, value_delimiter = ',', default_value = "1,15,150,1500,15000")]
+        n: Vec<u64>,
+        /// Time limit per query, seconds.
+        #[arg(long, default_value_t = 120)]
+        limit: u64,
+        /// Also write the measurements as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Random page reads through each I/O engine at several queue depths, next to fio.
     Iobench {
         /// File to read (default: the lineitem heap of data/sf<SF>).
@@ -75,6 +90,28 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
             if let Some(path) = json {
                 std::fs::write(path, serde_json::to_string_pretty(&reports)?)?;
+            }
+        }
+        Command::Fig4 { sf, n, limit, json } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let report = runtime.block_on(ooode_tpch::fig4::run(
+                &data,
+                &n,
+                std::time::Duration::from_secs(limit),
+            ))?;
+            println!(
+                "Fig. 4 query, TPC-H SF {sf}:\n{}",
+                ooode_tpch::fig4::format_points(&report.points)
+            );
+            for m in ooode_tpch::fig4::mismatches(&report.points) {
+                println!("MISMATCH: {m}");
+            }
+            if let Some(path) = json {
+                std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
             }
         }
         Command::Iobench {

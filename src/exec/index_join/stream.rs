@@ -178,12 +178,16 @@ pub async fn run(mut work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<
     Ok(())
 }
 
-/// Groups the rows of `batch` by encoded join key; rows with a null key part cannot match.
+/// Outer rows by encoded join key, in first-seen key order.
+type KeyedRows = Vec<(Vec<u8>, Vec<u32>)>;
+
+/// Groups the rows of `batch` by encoded join key; rows with a null key part cannot match
+/// (returned second).
 fn group_keys(
     batch: &RecordBatch,
     keys: &[Arc<dyn PhysicalExpr>],
     encoder: &KeyEncoder,
-) -> Result<(Vec<(Vec<u8>, Vec<u32>)>, Vec<u32>)> {
+) -> Result<(KeyedRows, Vec<u32>)> {
     let arrays = keys
         .iter()
         .zip(encoder.types())

@@ -1,0 +1,270 @@
+//! The paper's Fig. 4 experiment: `customer -> orders -> lineitem` with `c_custkey <= N`,
+//! run by ooode out of order, ooode in order, and stock DataFusion on Parquet, cold and hot,
+//! side by side in one run, with the results checked equal.
+
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use ooode::exec::{OoodeConfig, OoodeRuntime};
+
+use crate::datagen::DataSet;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The query for a given N.
+pub fn fig4_sql(n: u64) -> String {
+    format!(
+        "SELECT COUNT(*), SUM(l_quantity) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey \
+         JOIN lineitem l ON o.o_orderkey = l.l_orderkey WHERE c.c_custkey <= {n}"
+    )
+}
+
+/// One measurement.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Fig4Point {
+    /// Customers selected.
+    pub n: u64,
+    /// Fraction of customers selected.
+    pub selectivity: f64,
+    /// "ooode out_of_order (always)", "ooode in_order (always)", "ooode auto", "datafusion parquet".
+    pub engine: String,
+    /// "cold" or "hot".
+    pub cache: String,
+    /// Seconds, or None when it ran past the time limit.
+    pub secs: Option<f64>,
+    /// Pages read by ooode (None for Parquet).
+    pub pages_read: Option<u64>,
+    /// Result text (checked equal across engines).
+    #[serde(skip)]
+    pub result: String,
+}
+
+async fn time_query(
+    ctx: &SessionContext,
+    sql: &str,
+    limit: Duration,
+) -> Result<(Option<f64>, String), BoxError> {
+    let start = Instant::now();
+    match tokio::time::timeout(limit, async { ctx.sql(sql).await?.collect().await }).await {
+        Ok(batches) => Ok((
+            Some(start.elapsed().as_secs_f64()),
+            pretty_format_batches(&batches?)?.to_string(),
+        )),
+        Err(_) => Ok((None, String::new())),
+    }
+}
+
+fn drop_os_cache() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+/// The measurements and, for the cold out-of-order run of the largest N, IOPS and CPU over
+/// time (the paper's Fig. 8 and 9).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Fig4Report {
+    /// All measurements.
+    pub points: Vec<Fig4Point>,
+    /// Samples every 10 ms of the cold out-of-order run of the largest N.
+    pub io_samples: Vec<ooode::io::Sample>,
+}
+
+/// Runs the experiment over `ns`; progress on stderr.
+pub async fn run(data: &DataSet, ns: &[u64], limit: Duration) -> Result<Fig4Report, BoxError> {
+    let stock = SessionContext::new_with_config(SessionConfig::new());
+    let ooode = ooode_providers::ooode_context(SessionConfig::new());
+    for name in ["customer", "orders", "lineitem"] {
+        stock
+            .register_parquet(
+                name,
+                data.parquet_file(name).to_str().unwrap_or_default(),
+                ParquetReadOptions::default(),
+            )
+            .await?;
+        ooode
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE {name} STORED AS OOODE LOCATION '{}'",
+                data.ooode_table(name).display()
+            ))
+            .await?
+            .collect()
+            .await?;
+    }
+    let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(1) as f64;
+    let engines: [(&str, &[&str]); 3] = [
+        (
+            "ooode out_of_order",
+            &[
+                "SET ooode.execution_mode = 'out_of_order'",
+                "SET ooode.index_join = 'always'",
+            ],
+        ),
+        (
+            "ooode in_order",
+            &[
+                "SET ooode.execution_mode = 'in_order'",
+                "SET ooode.index_join = 'always'",
+            ],
+        ),
+        (
+            "ooode auto",
+            &[
+                "SET ooode.execution_mode = 'out_of_order'",
+                "SET ooode.index_join = 'auto'",
+            ],
+        ),
+    ];
+    let can_drop = drop_os_cache();
+    if !can_drop {
+        eprintln!("cannot drop the OS page cache (not root): Parquet 'cold' runs are warm");
+    }
+    let pool = OoodeRuntime::get(&OoodeConfig::default()).pool().clone();
+    let mut points = Vec::new();
+    let mut io_samples = Vec::new();
+    let largest = ns.iter().copied().max().unwrap_or(0);
+    let engine_metrics = OoodeRuntime::get(&OoodeConfig::default())
+        .engine(ooode::exec::ExecutionMode::OutOfOrder, true)
+        .metrics()
+        .clone();
+    for &n in ns {
+        let sql = fig4_sql(n);
+        for cache in ["cold", "hot"] {
+            for (name, settings) in engines {
+                for s in settings {
+                    ooode.sql(s).await?.collect().await?;
+                }
+                if cache == "cold" {
+                    pool.clear();
+                }
+                let before = ooode_reads(&pool);
+                let sample = n == largest && cache == "cold" && name == "ooode out_of_order";
+                let sampler = sample.then(|| {
+                    ooode::io::Sampler::start(engine_metrics.clone(), Duration::from_millis(10))
+                });
+                let (secs, result) = time_query(&ooode, &sql, limit).await?;
+                if let Some(s) = sampler {
+                    io_samples = s.finish();
+                }
+                eprintln!("N={n:<6} {cache} {name:<20} {}", fmt_secs(secs));
+                points.push(Fig4Point {
+                    n,
+                    selectivity: n as f64 / customers,
+                    engine: name.into(),
+                    cache: cache.into(),
+                    secs,
+                    pages_read: Some(ooode_reads(&pool) - before),
+                    result,
+                });
+            }
+            if cache == "cold" {
+                drop_os_cache();
+            }
+            let (secs, result) = time_query(&stock, &sql, limit).await?;
+            eprintln!(
+                "N={n:<6} {cache} {:<20} {}",
+                "datafusion parquet",
+                fmt_secs(secs)
+            );
+            points.push(Fig4Point {
+                n,
+                selectivity: n as f64 / customers,
+                engine: "datafusion parquet".into(),
+                cache: cache.into(),
+                secs,
+                pages_read: None,
+                result,
+            });
+        }
+    }
+    Ok(Fig4Report { points, io_samples })
+}
+
+fn ooode_reads(pool: &ooode::io::BufferPool) -> u64 {
+    pool.stats().misses
+}
+
+fn fmt_secs(s: Option<f64>) -> String {
+    s.map(|s| format!("{s:.3}s"))
+        .unwrap_or_else(|| "timeout".into())
+}
+
+/// Checks that every engine that finished returned the same result per N; returns mismatches.
+pub fn mismatches(points: &[Fig4Point]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for p in points {
+        let reference = points
+            .iter()
+            .find(|q| q.n == p.n && q.engine == "datafusion parquet" && q.secs.is_some());
+        if let (Some(r), Some(_)) = (reference, p.secs)
+            && r.result != p.result
+        {
+            bad.push(format!(
+                "N={} {} {}: result differs from DataFusion",
+                p.n, p.engine, p.cache
+            ));
+        }
+    }
+    bad
+}
+
+/// A text table: one row per N and cache state, seconds per engine, speedups.
+pub fn format_points(points: &[Fig4Point]) -> String {
+    let get = |n: u64, cache: &str, engine: &str| {
+        points
+            .iter()
+            .find(|p| p.n == n && p.cache == cache && p.engine == engine)
+            .and_then(|p| p.secs)
+    };
+    let mut ns: Vec<u64> = points.iter().map(|p| p.n).collect();
+    ns.dedup();
+    let mut out = format!(
+        "{:>6} {:>9} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n",
+        "N",
+        "select.",
+        "cache",
+        "ooo s",
+        "in-order s",
+        "auto s",
+        "parquet s",
+        "ooo/in-ord",
+        "parq/auto"
+    );
+    let f = |s: Option<f64>| {
+        s.map(|s| format!("{s:.3}"))
+            .unwrap_or_else(|| "timeout".into())
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
+        _ => "-".into(),
+    };
+    for n in ns {
+        for cache in ["cold", "hot"] {
+            let sel = points
+                .iter()
+                .find(|p| p.n == n)
+                .map(|p| p.selectivity)
+                .unwrap_or(0.0);
+            let (ooo, ino, auto, parq) = (
+                get(n, cache, "ooode out_of_order"),
+                get(n, cache, "ooode in_order"),
+                get(n, cache, "ooode auto"),
+                get(n, cache, "datafusion parquet"),
+            );
+            out += &format!(
+                "{:>6} {:>8.4}% {:>5} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n",
+                n,
+                sel * 100.0,
+                cache,
+                f(ooo),
+                f(ino),
+                f(auto),
+                f(parq),
+                ratio(ino, ooo),
+                ratio(parq, auto)
+            );
+        }
+    }
+    out
+}
