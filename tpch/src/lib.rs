@@ -4,4 +4,5 @@
 pub mod datagen;
 pub mod fig4;
 pub mod iobench;
+pub mod runner;
 pub mod tables;

@@ -15,6 +15,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: generate and load TPC-H if missing, run the 22 queries on ooode and on
+    /// stock DataFusion over Parquet, print the comparison (results checked equal).
+    Run {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Data directory (default: data/sf<SF>).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Also write the measurements as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Generate TPC-H at a scale factor; write ooode tables and Parquet files, timing both.
     Gen {
         /// Scale factor.
@@ -70,6 +83,28 @@ enum Command {
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match Cli::parse().command {
+        Command::Run { sf, dir, json } => {
+            let root = dir.unwrap_or_else(|| default_root(&PathBuf::from("data"), sf));
+            let data = DataSet::new(root, sf);
+            let loaded = ensure_dataset(&data, false)?;
+            if !loaded.is_empty() {
+                println!("Loaded TPC-H SF {sf}:\n{}", format_load_reports(&loaded));
+            }
+            let queries = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries");
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runs = runtime.block_on(ooode_tpch::runner::run(&data, &queries))?;
+            println!(
+                "TPC-H SF {sf}, 22 queries; ooode out of order with ooode.index_join = auto; caches as they\n             come (buffer pool and OS page cache warm up over the run):\n{}",
+                ooode_tpch::runner::format_runs(&runs)
+            );
+            let bad: Vec<_> = runs.iter().filter(|r| !r.same_result).map(|r| r.query.clone()).collect();
+            if let Some(path) = json {
+                std::fs::write(path, serde_json::to_string_pretty(&runs)?)?;
+            }
+            if !bad.is_empty() {
+                return Err(format!("RESULTS DIFFER from stock DataFusion: {}", bad.join(", ")).into());
+            }
+        }
         Command::Gen {
             sf,
             dir,

@@ -1,0 +1,130 @@
+//! The main job: the 22 TPC-H queries on ooode tables (out of order, `auto`) and on the
+//! Parquet copy with stock DataFusion, side by side, results checked equal.
+
+use std::path::Path;
+use std::time::Instant;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::datagen::DataSet;
+use crate::tables::TABLES;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One query's outcome.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueryRun {
+    /// Query name (q1 ... q22).
+    pub query: String,
+    /// Seconds on stock DataFusion over Parquet.
+    pub parquet_secs: f64,
+    /// Seconds on ooode (`ooode.index_join = auto`, out of order).
+    pub ooode_secs: f64,
+    /// Whether ooode planned index nodes.
+    pub index_plan: bool,
+    /// Whether both returned the same rows.
+    pub same_result: bool,
+}
+
+/// The rows of `batches` as sorted text (result order is not promised by ooode's joins).
+pub fn sorted_rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in 0..b.num_rows() {
+            out.push(fmts.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Runs every `;`-separated statement of `sql`; returns the last one's batches.
+pub async fn run_sql(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>, BoxError> {
+    let mut last = Vec::new();
+    for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        last = ctx.sql(stmt).await?.collect().await?;
+    }
+    Ok(last)
+}
+
+/// Registers the data set's tables in a stock context and an ooode context.
+pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext), BoxError> {
+    let stock = SessionContext::new();
+    let ooode = ooode_providers::ooode_context(SessionConfig::new());
+    for t in &TABLES {
+        let parquet = data.parquet_file(t.name);
+        stock
+            .register_parquet(t.name, parquet.to_string_lossy().as_ref(), ParquetReadOptions::default())
+            .await?;
+        let sql = format!(
+            "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{}'",
+            t.name,
+            data.ooode_table(t.name).display()
+        );
+        run_sql(&ooode, &sql).await?;
+    }
+    Ok((stock, ooode))
+}
+
+/// Runs the 22 queries found in `queries_dir` (q1.sql ... q22.sql) on both engines.
+pub async fn run(data: &DataSet, queries_dir: &Path) -> Result<Vec<QueryRun>, BoxError> {
+    let (stock, ooode) = contexts(data).await?;
+    let bar = ProgressBar::new(22);
+    bar.set_style(ProgressStyle::with_template("{prefix:>9} [{bar:30}] {pos}/{len} {msg}")?);
+    bar.set_prefix("queries");
+    let mut runs = Vec::new();
+    for n in 1..=22 {
+        let name = format!("q{n}");
+        bar.set_message(name.clone());
+        let sql = std::fs::read_to_string(queries_dir.join(format!("{name}.sql")))?;
+        let start = Instant::now();
+        let want = sorted_rows(&run_sql(&stock, &sql).await?)?;
+        let parquet_secs = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let got = sorted_rows(&run_sql(&ooode, &sql).await?)?;
+        let ooode_secs = start.elapsed().as_secs_f64();
+        let last = sql.split(';').map(str::trim).filter(|s| !s.is_empty()).last().unwrap_or("");
+        let plan = sorted_rows(&run_sql(&ooode, &format!("EXPLAIN {last}")).await?)?.join("\n");
+        runs.push(QueryRun {
+            query: name,
+            parquet_secs,
+            ooode_secs,
+            index_plan: plan.contains("IndexJoinExec") || plan.contains("IndexScanExec"),
+            same_result: got == want,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(runs)
+}
+
+/// The comparison table.
+pub fn format_runs(runs: &[QueryRun]) -> String {
+    let mut out = format!(
+        "{:<5} {:>11} {:>9} {:>8} {:>11} {:>7}\n",
+        "query", "parquet s", "ooode s", "speedup", "index plan", "same"
+    );
+    for r in runs {
+        out += &format!(
+            "{:<5} {:>11.3} {:>9.3} {:>7.2}x {:>11} {:>7}\n",
+            r.query,
+            r.parquet_secs,
+            r.ooode_secs,
+            r.parquet_secs / r.ooode_secs.max(1e-9),
+            if r.index_plan { "yes" } else { "no" },
+            if r.same_result { "yes" } else { "NO" }
+        );
+    }
+    let (p, o): (f64, f64) = runs.iter().map(|r| (r.parquet_secs, r.ooode_secs)).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    out += &format!("{:<5} {:>11.3} {:>9.3} {:>7.2}x\n", "total", p, o, p / o.max(1e-9));
+    out
+}
