@@ -91,18 +91,26 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 println!("Loaded TPC-H SF {sf}:\n{}", format_load_reports(&loaded));
             }
             let queries = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries");
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             let runs = runtime.block_on(ooode_tpch::runner::run(&data, &queries))?;
             println!(
                 "TPC-H SF {sf}, 22 queries; ooode out of order with ooode.index_join = auto; caches as they\n             come (buffer pool and OS page cache warm up over the run):\n{}",
                 ooode_tpch::runner::format_runs(&runs)
             );
-            let bad: Vec<_> = runs.iter().filter(|r| !r.same_result).map(|r| r.query.clone()).collect();
+            let bad: Vec<_> = runs
+                .iter()
+                .filter(|r| !r.same_result)
+                .map(|r| r.query.clone())
+                .collect();
             if let Some(path) = json {
                 std::fs::write(path, serde_json::to_string_pretty(&runs)?)?;
             }
             if !bad.is_empty() {
-                return Err(format!("RESULTS DIFFER from stock DataFusion: {}", bad.join(", ")).into());
+                return Err(
+                    format!("RESULTS DIFFER from stock DataFusion: {}", bad.join(", ")).into(),
+                );
             }
         }
         Command::Gen {

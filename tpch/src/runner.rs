@@ -40,7 +40,12 @@ pub fn sorted_rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
             .collect::<Result<Vec<_>, _>>()?;
         for r in 0..b.num_rows() {
-            out.push(fmts.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+            out.push(
+                fmts.iter()
+                    .map(|f| f.value(r).to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
         }
     }
     out.sort();
@@ -63,7 +68,11 @@ pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext)
     for t in &TABLES {
         let parquet = data.parquet_file(t.name);
         stock
-            .register_parquet(t.name, parquet.to_string_lossy().as_ref(), ParquetReadOptions::default())
+            .register_parquet(
+                t.name,
+                parquet.to_string_lossy().as_ref(),
+                ParquetReadOptions::default(),
+            )
             .await?;
         let sql = format!(
             "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{}'",
@@ -79,7 +88,9 @@ pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext)
 pub async fn run(data: &DataSet, queries_dir: &Path) -> Result<Vec<QueryRun>, BoxError> {
     let (stock, ooode) = contexts(data).await?;
     let bar = ProgressBar::new(22);
-    bar.set_style(ProgressStyle::with_template("{prefix:>9} [{bar:30}] {pos}/{len} {msg}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{prefix:>9} [{bar:30}] {pos}/{len} {msg}",
+    )?);
     bar.set_prefix("queries");
     let mut runs = Vec::new();
     for n in 1..=22 {
@@ -92,7 +103,12 @@ pub async fn run(data: &DataSet, queries_dir: &Path) -> Result<Vec<QueryRun>, Bo
         let start = Instant::now();
         let got = sorted_rows(&run_sql(&ooode, &sql).await?)?;
         let ooode_secs = start.elapsed().as_secs_f64();
-        let last = sql.split(';').map(str::trim).filter(|s| !s.is_empty()).last().unwrap_or("");
+        let last = sql
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .last()
+            .unwrap_or("");
         let plan = sorted_rows(&run_sql(&ooode, &format!("EXPLAIN {last}")).await?)?.join("\n");
         runs.push(QueryRun {
             query: name,
@@ -124,7 +140,16 @@ pub fn format_runs(runs: &[QueryRun]) -> String {
             if r.same_result { "yes" } else { "NO" }
         );
     }
-    let (p, o): (f64, f64) = runs.iter().map(|r| (r.parquet_secs, r.ooode_secs)).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
-    out += &format!("{:<5} {:>11.3} {:>9.3} {:>7.2}x\n", "total", p, o, p / o.max(1e-9));
+    let (p, o): (f64, f64) = runs
+        .iter()
+        .map(|r| (r.parquet_secs, r.ooode_secs))
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    out += &format!(
+        "{:<5} {:>11.3} {:>9.3} {:>7.2}x\n",
+        "total",
+        p,
+        o,
+        p / o.max(1e-9)
+    );
     out
 }

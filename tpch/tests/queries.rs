@@ -4,48 +4,22 @@
 use std::path::Path;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use indicatif::ProgressBar;
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
+use ooode_tpch::runner::{run_sql, sorted_rows};
 use ooode_tpch::tables::TABLES;
 
 const SF: f64 = 0.01;
 
 fn rows(batches: &[RecordBatch]) -> Vec<String> {
-    let opts = FormatOptions::default().with_null("NULL");
-    let mut out = Vec::new();
-    for b in batches {
-        let fmts: Vec<_> = b
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
-            .collect();
-        for r in 0..b.num_rows() {
-            out.push(
-                fmts.iter()
-                    .map(|f| f.value(r).to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            );
-        }
-    }
-    out.sort();
-    out
+    sorted_rows(batches).unwrap()
 }
 
 async fn run(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
-    let mut last = Vec::new();
-    for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-        last = ctx
-            .sql(stmt)
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{stmt}"))
-            .collect()
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{stmt}"));
-    }
-    last
+    run_sql(ctx, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{sql}"))
 }
 
 fn query(n: usize) -> String {
