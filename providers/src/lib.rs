@@ -16,7 +16,9 @@
 pub mod factory;
 pub mod provider;
 pub mod register;
+pub mod writer;
 
 pub use factory::OoodeTableFactory;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, with_ooode};
+pub use writer::{OoodeFormatFactory, OoodeWriteExec};

@@ -9,9 +9,10 @@ use ooode::exec::OoodeConfig;
 use ooode::optimizer::OoodeIndexRule;
 
 use crate::factory::OoodeTableFactory;
+use crate::writer::OoodeFormatFactory;
 
-/// Adds ooode to a session being built: the `OOODE` table factory, the `ooode.*` settings,
-/// and the index rule, placed right after DataFusion's filter pushdown (before distribution
+/// Adds ooode to a session being built: the `OOODE` table factory, the `OOODE` file format
+/// (for `COPY ... STORED AS OOODE`), the `ooode.*` settings, and the index rule, placed right after DataFusion's filter pushdown (before distribution
 /// and sorting are enforced, so DataFusion plans around the index nodes).
 pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let config = builder.config().take().unwrap_or_default();
@@ -29,7 +30,13 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .position(|r| r.name() == "FilterPushdown")
         .map_or(rules.len(), |i| i + 1);
     rules.insert(at, Arc::new(OoodeIndexRule::new()));
+    let mut formats = builder
+        .file_formats()
+        .take()
+        .unwrap_or_else(datafusion::execution::SessionStateDefaults::default_file_formats);
+    formats.push(Arc::new(OoodeFormatFactory));
     builder
+        .with_file_formats(formats)
         .with_config(config)
         .with_physical_optimizer_rules(rules)
         .with_table_factory("OOODE".into(), Arc::new(OoodeTableFactory))

@@ -1,0 +1,425 @@
+//! `COPY (query) TO 'dir' STORED AS OOODE OPTIONS (...)`: loading a table from SQL.
+//!
+//! Options (all optional):
+//! - `'ooode.clustering_key' 'col[,col]'` - rows are ordered by it; a sparse index is built on it
+//! - `'ooode.indexes' 'col[,col][;col[,col]]...'` - one secondary index per `;`-separated entry
+//! - `'ooode.page_size' '8KiB'` - 4 KiB to 64 KiB
+//! - `'ooode.data_paths' 'dir1,dir2'` - stripe the page files over these directories
+//! - `'ooode.stripe_unit' '64KiB'` - bytes per stripe (a multiple of the page size)
+//! - `'ooode.replace' 'true'` - replace an existing table (refused otherwise)
+//!
+//! An unknown option or a column that does not exist is an error naming it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{GetExt, Result, Statistics, not_impl_err, plan_err};
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
+use datafusion::datasource::file_format::{FileFormat, FileFormatFactory};
+use datafusion::datasource::physical_plan::{
+    ArrowSource, FileScanConfig, FileSinkConfig, FileSource,
+};
+use datafusion::datasource::table_schema::TableSchema;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexRequirement, Partitioning, PhysicalExpr,
+};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use object_store::{ObjectMeta, ObjectStore};
+use ooode::exec::context::to_df;
+use ooode::exec::{OoodeConfig, OoodeRuntime};
+use ooode::storage::page::parse_page_size;
+use ooode::storage::{LoadOptions, TableWriter};
+
+const KEYS: &[&str] = &[
+    "ooode.clustering_key",
+    "ooode.indexes",
+    "ooode.page_size",
+    "ooode.data_paths",
+    "ooode.stripe_unit",
+    "ooode.replace",
+];
+
+fn columns(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// Parses `COPY ... OPTIONS` into load options; unknown keys are errors naming the key.
+pub fn load_options(options: &HashMap<String, String>) -> Result<LoadOptions> {
+    let mut load = LoadOptions::default();
+    for (key, value) in options {
+        match key.as_str() {
+            "ooode.clustering_key" => load.clustering_key = columns(value),
+            "ooode.indexes" => {
+                load.indexes = value
+                    .split(';')
+                    .map(columns)
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            }
+            "ooode.page_size" => load.page_size = parse_page_size(value).map_err(to_df)?,
+            "ooode.stripe_unit" => load.stripe_unit = parse_page_size_any(value)?,
+            "ooode.data_paths" => {
+                load.data_paths = value.split(',').map(|p| PathBuf::from(p.trim())).collect()
+            }
+            "ooode.replace" => {
+                load.replace = match value.trim().to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return plan_err!("ooode.replace must be true or false, not '{other}'");
+                    }
+                }
+            }
+            other => {
+                return plan_err!(
+                    "unknown option '{other}' for STORED AS OOODE (known: {})",
+                    KEYS.join(", ")
+                );
+            }
+        }
+    }
+    Ok(load)
+}
+
+fn parse_page_size_any(value: &str) -> Result<usize> {
+    let t = value.trim().to_ascii_lowercase();
+    let (digits, mult) = match t.strip_suffix("kib").or_else(|| t.strip_suffix('k')) {
+        Some(d) => (d.to_string(), 1024),
+        None => match t.strip_suffix("mib").or_else(|| t.strip_suffix('m')) {
+            Some(d) => (d.to_string(), 1 << 20),
+            None => (t.clone(), 1),
+        },
+    };
+    match digits.trim().parse::<usize>() {
+        Ok(n) => Ok(n * mult),
+        Err(_) => plan_err!("ooode.stripe_unit '{value}' is not a size like 64KiB"),
+    }
+}
+
+/// Creates [`OoodeFormat`]s for `STORED AS OOODE` in COPY statements.
+#[derive(Debug, Default)]
+pub struct OoodeFormatFactory;
+
+impl GetExt for OoodeFormatFactory {
+    fn get_ext(&self) -> String {
+        "ooode".into()
+    }
+}
+
+impl FileFormatFactory for OoodeFormatFactory {
+    fn create(
+        &self,
+        _state: &dyn Session,
+        format_options: &HashMap<String, String>,
+    ) -> Result<Arc<dyn FileFormat>> {
+        Ok(Arc::new(OoodeFormat {
+            options: load_options(format_options)?,
+        }))
+    }
+
+    fn default(&self) -> Arc<dyn FileFormat> {
+        Arc::new(OoodeFormat {
+            options: LoadOptions::default(),
+        })
+    }
+}
+
+/// The ooode table format as a DataFusion FileFormat: its writer loads a table. Reading goes
+/// through `CREATE EXTERNAL TABLE ... STORED AS OOODE` (the table factory), not listing tables.
+#[derive(Debug)]
+pub struct OoodeFormat {
+    options: LoadOptions,
+}
+
+#[async_trait]
+impl FileFormat for OoodeFormat {
+    fn get_ext(&self) -> String {
+        "ooode".into()
+    }
+
+    fn get_ext_with_compression(&self, _c: &FileCompressionType) -> Result<String> {
+        Ok("ooode".into())
+    }
+
+    fn compression_type(&self) -> Option<FileCompressionType> {
+        None
+    }
+
+    async fn infer_schema(
+        &self,
+        _state: &dyn Session,
+        _store: &Arc<dyn ObjectStore>,
+        _objects: &[ObjectMeta],
+    ) -> Result<SchemaRef> {
+        not_impl_err!("read ooode tables with CREATE EXTERNAL TABLE ... STORED AS OOODE")
+    }
+
+    async fn infer_stats(
+        &self,
+        _state: &dyn Session,
+        _store: &Arc<dyn ObjectStore>,
+        _table_schema: SchemaRef,
+        _object: &ObjectMeta,
+    ) -> Result<Statistics> {
+        not_impl_err!("read ooode tables with CREATE EXTERNAL TABLE ... STORED AS OOODE")
+    }
+
+    async fn create_physical_plan(
+        &self,
+        _state: &dyn Session,
+        _conf: FileScanConfig,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        not_impl_err!("read ooode tables with CREATE EXTERNAL TABLE ... STORED AS OOODE")
+    }
+
+    async fn create_writer_physical_plan(
+        &self,
+        input: Arc<dyn ExecutionPlan>,
+        state: &dyn Session,
+        conf: FileSinkConfig,
+        _order_requirements: Option<LexRequirement>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !conf.table_partition_cols.is_empty() {
+            return plan_err!("PARTITIONED BY is not supported for STORED AS OOODE");
+        }
+        let dest = conf
+            .original_url
+            .strip_prefix("file://")
+            .unwrap_or(&conf.original_url);
+        let mut options = self.options.clone();
+        let config = state
+            .config_options()
+            .extensions
+            .get::<OoodeConfig>()
+            .cloned()
+            .unwrap_or_default();
+        if config.buffer_pool_bytes > 0 {
+            options.memory_budget = options.memory_budget.min(config.buffer_pool_bytes);
+        }
+        // Fail now, before any row is read, on bad columns, types or options.
+        drop_probe(dest, input.schema(), &options)?;
+        Ok(Arc::new(OoodeWriteExec::new(
+            input,
+            PathBuf::from(dest),
+            options,
+        )))
+    }
+
+    fn file_source(&self, table_schema: TableSchema) -> Arc<dyn FileSource> {
+        // Never used for reading (see the type's docs); DataFusion requires one.
+        Arc::new(ArrowSource::new_file_source(table_schema))
+    }
+}
+
+/// Validates schema and options by starting a writer in a scratch directory.
+fn drop_probe(dest: &str, schema: SchemaRef, options: &LoadOptions) -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!(
+        "ooode-probe-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let probe = LoadOptions {
+        data_paths: vec![],
+        replace: false,
+        ..options.clone()
+    };
+    let result = TableWriter::create(scratch.join("t"), schema, probe).map(drop);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result.map_err(to_df)?;
+    let dest = std::path::Path::new(dest);
+    if dest.join("manifest.json").exists() && !options.replace {
+        return plan_err!(
+            "an ooode table already exists at {}; add OPTIONS ('ooode.replace' 'true') to replace it",
+            dest.display()
+        );
+    }
+    Ok(())
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Loads the rows of its input into an ooode table; outputs one row: the row count.
+#[derive(Debug)]
+pub struct OoodeWriteExec {
+    input: Arc<dyn ExecutionPlan>,
+    dest: PathBuf,
+    options: LoadOptions,
+    properties: Arc<PlanProperties>,
+}
+
+impl OoodeWriteExec {
+    /// A write of `input` to the table directory `dest`.
+    pub fn new(input: Arc<dyn ExecutionPlan>, dest: PathBuf, options: LoadOptions) -> Self {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "count",
+            DataType::UInt64,
+            false,
+        )]));
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self {
+            input,
+            dest,
+            options,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for OoodeWriteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "OoodeWriteExec: dest={}, clustering_key=[{}], indexes={:?}",
+            self.dest.display(),
+            self.options.clustering_key.join(", "),
+            self.options.indexes
+        )
+    }
+}
+
+impl ExecutionPlan for OoodeWriteExec {
+    fn name(&self) -> &str {
+        "OoodeWriteExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children.into_iter().next().ok_or_else(|| {
+            datafusion::common::DataFusionError::Internal("OoodeWriteExec has one child".into())
+        })?;
+        Ok(Arc::new(Self::new(
+            input,
+            self.dest.clone(),
+            self.options.clone(),
+        )))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let (input, dest, options) = (self.input.clone(), self.dest.clone(), self.options.clone());
+        let schema = self.schema();
+        let out_schema = schema.clone();
+        let fut = async move {
+            // `None` commits; a channel closed without it (failed input, cancelled query) drops
+            // the writer unfinished, which removes everything it wrote.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(4);
+            let in_schema = input.schema();
+            let writer_dest = dest.clone();
+            // Sorting, page writing and fsync are blocking work: a thread of their own.
+            let writer = tokio::task::spawn_blocking(move || {
+                let mut w = TableWriter::create(&writer_dest, in_schema, options)?;
+                for message in rx {
+                    match message {
+                        Some(batch) => w.write(&batch)?,
+                        None => return w.finish().map(Some),
+                    }
+                }
+                Ok(None)
+            });
+            let parts = input.output_partitioning().partition_count();
+            let streams = (0..parts)
+                .map(|p| input.execute(p, context.clone()))
+                .collect::<Result<Vec<_>>>()?;
+            let mut all = futures::stream::select_all(streams);
+            let mut failed = None;
+            while let Some(batch) = all.next().await {
+                match batch {
+                    Ok(b) => {
+                        if tx.send(Some(b)).is_err() {
+                            break; // the writer failed: its error is reported below
+                        }
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                drop(tx);
+                let _ = writer.await;
+                return Err(e);
+            }
+            let _ = tx.send(None);
+            drop(tx);
+            let manifest = writer
+                .await
+                .map_err(|e| datafusion::common::DataFusionError::Execution(e.to_string()))?
+                .map_err(to_df)?
+                .ok_or_else(|| {
+                    datafusion::common::DataFusionError::Execution(
+                        "the table writer stopped".into(),
+                    )
+                })?;
+            OoodeRuntime::get(&OoodeConfig::default()).forget_table(&dest);
+            Ok(RecordBatch::try_new(
+                out_schema,
+                vec![Arc::new(UInt64Array::from(vec![manifest.row_count]))],
+            )?)
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::once(fut),
+        )))
+    }
+}

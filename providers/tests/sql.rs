@@ -1,0 +1,143 @@
+//! ooode from SQL: COPY ... STORED AS OOODE with options, CREATE EXTERNAL TABLE, SET, and the
+//! errors a user meets.
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+async fn sql(ctx: &SessionContext, q: &str) -> datafusion::common::Result<String> {
+    let batches = ctx.sql(q).await?.collect().await?;
+    Ok(pretty_format_batches(&batches)?.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_create_query_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t");
+    let ctx = ooode_providers::ooode_context(SessionConfig::new());
+    sql(&ctx, "CREATE TABLE src AS SELECT value AS id, value % 7 AS grp, concat('n', value) AS name FROM generate_series(1, 5000)").await.unwrap();
+
+    let copy = format!(
+        "COPY (SELECT * FROM src) TO '{}' STORED AS OOODE OPTIONS ('ooode.clustering_key' 'id', \
+         'ooode.indexes' 'grp;grp,name', 'ooode.page_size' '4KiB')",
+        t.display()
+    );
+    let out = sql(&ctx, &copy).await.unwrap();
+    assert!(out.contains("5000"), "{out}");
+    sql(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+            t.display()
+        ),
+    )
+    .await
+    .unwrap();
+
+    let want = sql(
+        &ctx,
+        "SELECT grp, count(*), min(name) AS first FROM src WHERE grp = 3 GROUP BY grp",
+    )
+    .await
+    .unwrap();
+    for rule in ["never", "always"] {
+        sql(&ctx, &format!("SET ooode.index_join = '{rule}'"))
+            .await
+            .unwrap();
+        let got = sql(
+            &ctx,
+            "SELECT grp, count(*), min(name) AS first FROM t WHERE grp = 3 GROUP BY grp",
+        )
+        .await
+        .unwrap();
+        assert_eq!(got, want, "index_join = {rule}");
+    }
+    let plan = sql(&ctx, "EXPLAIN SELECT * FROM t WHERE id BETWEEN 10 AND 20")
+        .await
+        .unwrap();
+    assert!(plan.contains("IndexScanExec"), "{plan}");
+    let analyzed = sql(
+        &ctx,
+        "EXPLAIN ANALYZE SELECT * FROM t WHERE id BETWEEN 10 AND 20",
+    )
+    .await
+    .unwrap();
+    assert!(
+        analyzed.contains("pages_read") && analyzed.contains("max_reads_in_flight"),
+        "{analyzed}"
+    );
+
+    // Errors name what is wrong.
+    let bad = |opts: &str| {
+        format!(
+            "COPY (SELECT * FROM src) TO '{}' STORED AS OOODE OPTIONS ({opts})",
+            dir.path().join("u").display()
+        )
+    };
+    let e = sql(&ctx, &bad("'ooode.bogus' 'x'"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ooode.bogus"), "{e}");
+    let e = sql(&ctx, &bad("'ooode.indexes' 'nope'"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'nope'"), "{e}");
+    let e = sql(&ctx, &bad("'ooode.page_size' '3KiB'"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("page size"), "{e}");
+    let e = sql(&ctx, "SET ooode.execution_mode = 'sideways'")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sideways") && e.contains("in_order"), "{e}");
+    let e = sql(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE m STORED AS OOODE LOCATION '{}'",
+            dir.path().join("missing").display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("missing") && e.contains("not an ooode table"),
+        "{e}"
+    );
+    assert!(
+        !dir.path().join("u").exists(),
+        "a failed COPY left a table behind"
+    );
+
+    // An existing table is replaced only when asked.
+    let again = format!(
+        "COPY (SELECT * FROM src WHERE id <= 10) TO '{}' STORED AS OOODE",
+        t.display()
+    );
+    let e = sql(&ctx, &again).await.unwrap_err().to_string();
+    assert!(
+        e.contains("already exists") && e.contains("ooode.replace"),
+        "{e}"
+    );
+    sql(
+        &ctx,
+        &format!("{again} OPTIONS ('ooode.replace' 'true', 'ooode.clustering_key' 'id')"),
+    )
+    .await
+    .unwrap();
+    sql(&ctx, "DROP TABLE t").await.unwrap();
+    sql(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+            t.display()
+        ),
+    )
+    .await
+    .unwrap();
+    let n = sql(&ctx, "SELECT count(*) FROM t").await.unwrap();
+    assert!(n.contains("| 10 "), "{n}");
+}
