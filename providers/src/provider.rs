@@ -50,6 +50,31 @@ impl OoodeTable {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// DataFusion's own Parquet scan of the table's columnar copy.
+    async fn parquet_scan(
+        &self,
+        state: &dyn Session,
+        file: &Path,
+        projection: &[usize],
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        use datafusion::datasource::file_format::parquet::ParquetFormat;
+        use datafusion::datasource::listing::{
+            ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+        };
+        let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+        let url = ListingTableUrl::parse(absolute.to_string_lossy())?;
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .with_schema(self.schema.clone());
+        let listing = ListingTable::try_new(config)?;
+        let projection = projection.to_vec();
+        listing.scan(state, Some(&projection), filters, limit).await
+    }
 }
 
 /// The session's ooode settings (defaults if the extension is not registered).
@@ -76,8 +101,8 @@ impl TableProvider for OoodeTable {
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
+        filters: &[Expr],
+        limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let config = ooode_config(state);
         let runtime = OoodeRuntime::get(&config);
@@ -89,13 +114,23 @@ impl TableProvider for OoodeTable {
             ooode::exec::ExecutionMode::InOrder => 1,
             ooode::exec::ExecutionMode::OutOfOrder => state.config().target_partitions(),
         };
-        Ok(Arc::new(OoodeScanExec::new(
+        let columnar_file = table.table().manifest().columnar.clone();
+        let scan = OoodeScanExec::new(
             table,
             self.name.clone(),
-            projection,
+            projection.clone(),
             partitions,
             QueryIo::new(&config),
-        )?))
+        )?;
+        match columnar_file {
+            Some(file) if config.columnar_scan => {
+                let parquet = self
+                    .parquet_scan(state, &self.dir.join(file), &projection, filters, limit)
+                    .await?;
+                Ok(Arc::new(scan.with_columnar(parquet)))
+            }
+            _ => Ok(Arc::new(scan)),
+        }
     }
 
     fn supports_filters_pushdown(

@@ -78,6 +78,9 @@ extensions_options! {
         /// Index plans are used in `auto` when their estimated page reads are below this
         /// fraction of the pages a full scan reads (random reads cost more than sequential ones).
         pub index_cost_ratio: f64, default = 0.1
+        /// Full scans read the table's Parquet copy (compressed, only the needed columns)
+        /// instead of its heap pages.
+        pub columnar_scan: bool, default = true
         /// Read with O_DIRECT (bypassing the OS page cache).
         pub direct_io: bool, default = true
         /// Buffer pool size in bytes (0: a quarter of physical memory). Takes effect when the

@@ -4,6 +4,18 @@
 use crate::storage::btree::KeyRange;
 use crate::storage::{IndexHandle, Table};
 
+/// What a full scan of `table` reads, in pages: the Parquet copy's size when there is one
+/// (compressed, and a scan reads only its columns, so this is an upper bound), else the heap.
+pub fn scan_pages(table: &Table) -> f64 {
+    let m = table.manifest();
+    let columnar = m
+        .columnar
+        .as_ref()
+        .and_then(|f| std::fs::metadata(table.dir().join(f)).ok())
+        .map(|meta| meta.len() as f64 / m.page_size as f64);
+    columnar.unwrap_or(m.heap_pages as f64).max(1.0)
+}
+
 /// At most this many ranges are counted exactly; the rest are extrapolated.
 const COUNTED_RANGES: usize = 32;
 

@@ -26,7 +26,7 @@ use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
-use super::cost::{index_scan_estimate, probe_estimate};
+use super::cost::{index_scan_estimate, probe_estimate, scan_pages};
 use super::ranges::{column_bounds, describe, key_ranges};
 use crate::exec::{
     IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide, OoodeConfig,
@@ -167,7 +167,7 @@ impl Planner<'_> {
         let Some((index, ranges, text, rows, pages)) = best else {
             return Ok(None);
         };
-        if !self.wants(pages as f64, table.manifest().heap_pages as f64) {
+        if !self.wants(pages as f64, scan_pages(table)) {
             return Ok(None);
         }
         Ok(Some(Arc::new(IndexScanExec::try_new(
@@ -279,6 +279,13 @@ impl Planner<'_> {
         let Some((index, outer_keys, rows_per_probe, pages_per_probe)) = choice else {
             return Ok(None);
         };
+        // In `auto`, trust only row estimates that come from index counts: an outer input fed
+        // by an index scan (through other index joins). DataFusion's estimates for filtered
+        // hash joins can be off by orders of magnitude, and a wrong guess here means many
+        // random reads where a scan was cheap.
+        if self.config.index_join == IndexJoinMode::Auto && !index_driven(outer_plan) {
+            return Ok(None);
+        }
         let outer_rows = StatisticsContext::new()
             .compute(outer_plan.as_ref(), &StatisticsArgs::new())?
             .num_rows
@@ -289,7 +296,7 @@ impl Planner<'_> {
             (None, IndexJoinMode::Always) => 0.0,
             (None, _) => return Ok(None),
         };
-        if !self.wants(cost, table.manifest().heap_pages as f64) {
+        if !self.wants(cost, scan_pages(table)) {
             return Ok(None);
         }
         let inner = Arc::new(InnerSide::try_new(
@@ -317,6 +324,23 @@ impl Planner<'_> {
             restore_join_output(join, node, inner_side, kind)?,
         )))
     }
+}
+
+/// Whether `plan`'s rows come from an index scan, through index joins and row-preserving
+/// operators only.
+fn index_driven(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    if plan.is::<IndexScanExec>() {
+        return true;
+    }
+    if let Some(join) = plan.downcast_ref::<IndexJoinExec>() {
+        return index_driven(join.outer());
+    }
+    let passthrough = plan.is::<ProjectionExec>()
+        || plan.is::<FilterExec>()
+        || plan.name() == "CoalesceBatchesExec"
+        || plan.name() == "RepartitionExec"
+        || plan.name() == "CoalescePartitionsExec";
+    passthrough && plan.children().len() == 1 && index_driven(plan.children()[0])
 }
 
 /// Puts the index join's columns (outer, then inner) back in the hash join's output order

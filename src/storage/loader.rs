@@ -35,6 +35,8 @@ use super::sort::ExternalSorter;
 pub const HEAP_SEGMENT: &str = "heap";
 /// Name of the clustering index.
 pub const CLUSTERING_INDEX: &str = "clustering";
+/// File name of the columnar (Parquet) copy of the rows.
+pub const COLUMNAR_FILE: &str = "columns.parquet";
 
 /// How to build a table.
 #[derive(Debug, Clone)]
@@ -53,6 +55,9 @@ pub struct LoadOptions {
     pub memory_budget: usize,
     /// Replace an existing table at the destination.
     pub replace: bool,
+    /// Also write the rows as a Parquet file in the table directory: full scans read it
+    /// (compressed, only the columns they need) while index plans read the heap.
+    pub columnar: bool,
 }
 
 impl Default for LoadOptions {
@@ -65,6 +70,7 @@ impl Default for LoadOptions {
             stripe_unit: 0,
             memory_budget: 512 << 20,
             replace: false,
+            columnar: true,
         }
     }
 }
@@ -138,6 +144,7 @@ pub struct TableWriter {
     indexes: Vec<IndexBuild>,
     rows_in: u64,
     rows_out: u64,
+    columnar: Option<parquet::arrow::ArrowWriter<std::fs::File>>,
     first_key_encoder: Option<KeyEncoder>,
     last_first_key: Option<Vec<u8>>,
     distinct_first: u64,
@@ -322,6 +329,24 @@ impl TableWriter {
             )),
             None => None,
         };
+        let columnar = if options.columnar {
+            let path = tmp.join(COLUMNAR_FILE);
+            let file =
+                std::fs::File::create(&path).map_err(|e| StorageError::io(&path, "create", e))?;
+            let props = parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::ZSTD(
+                    parquet::basic::ZstdLevel::try_new(3)
+                        .map_err(|e| StorageError::InvalidArgument(format!("zstd level: {e}")))?,
+                ))
+                .build();
+            Some(
+                parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(
+                    |e| StorageError::io(&path, "start Parquet copy", std::io::Error::other(e)),
+                )?,
+            )
+        } else {
+            None
+        };
         let first_key_encoder = match &clustering {
             Some((ids, _)) => Some(key_encoder(&schema, &ids[..1])?),
             None => None,
@@ -342,6 +367,7 @@ impl TableWriter {
             indexes,
             rows_in: 0,
             rows_out: 0,
+            columnar,
             first_key_encoder,
             last_first_key: None,
             distinct_first: 0,
@@ -442,6 +468,12 @@ impl TableWriter {
         let mut page = AlignedBuf::zeroed(self.options.page_size);
         self.codec.encode(rows, &mut page)?;
         let page_no = self.heap.append_page(PageKind::Heap, &mut page)?;
+        if let Some(w) = &mut self.columnar {
+            let path = self.tmp.join(COLUMNAR_FILE);
+            w.write(rows).map_err(|e| {
+                StorageError::io(&path, "write Parquet copy", std::io::Error::other(e))
+            })?;
+        }
         if let Some(first) = &self.first_key_encoder {
             let col = rows.column(self.clustering.as_ref().map_or(0, |c| c.0[0]));
             for key in first.encode_rows(std::slice::from_ref(col))? {
@@ -548,6 +580,19 @@ impl TableWriter {
             indexes.push(meta);
         }
         self.heap.finish()?;
+        let columnar = match self.columnar.take() {
+            Some(w) => {
+                let path = self.tmp.join(COLUMNAR_FILE);
+                w.close().map_err(|e| {
+                    StorageError::io(&path, "finish Parquet copy", std::io::Error::other(e))
+                })?;
+                std::fs::File::open(&path)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| StorageError::io(&path, "fsync", e))?;
+                Some(COLUMNAR_FILE.to_string())
+            }
+            None => None,
+        };
         let manifest = Manifest {
             format_version: FORMAT_VERSION as u32,
             columns: Manifest::columns_of(&self.schema),
@@ -558,6 +603,7 @@ impl TableWriter {
             clustering_key: self.options.clustering_key.clone(),
             heap_pages,
             indexes,
+            columnar,
             created_by: format!("ooode {}", env!("CARGO_PKG_VERSION")),
             checksum: 0,
         };

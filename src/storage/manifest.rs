@@ -86,6 +86,9 @@ pub struct Manifest {
     pub heap_pages: u64,
     /// Indexes.
     pub indexes: Vec<IndexMeta>,
+    /// File (in the table directory) holding the same rows in Parquet, for full scans.
+    #[serde(default)]
+    pub columnar: Option<String>,
     /// Program that wrote the table.
     pub created_by: String,
     /// CRC32C of the document with this field set to 0.

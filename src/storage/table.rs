@@ -95,6 +95,16 @@ impl Table {
             stripe_pages: (manifest.stripe_unit / manifest.page_size) as u64,
         };
         let heap = SegmentReader::open(HEAP_SEGMENT, striping.clone(), manifest.heap_pages)?;
+        if let Some(columnar) = &manifest.columnar {
+            let path = dir.join(columnar);
+            if !path.is_file() {
+                return Err(StorageError::io(
+                    &path,
+                    "open the columnar copy",
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
+            }
+        }
         let indexes = manifest
             .indexes
             .iter()

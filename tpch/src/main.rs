@@ -58,6 +58,21 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Print ooode's plan (EXPLAIN, or EXPLAIN ANALYZE) of one TPC-H query.
+    Explain {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Query number (1 to 22).
+        #[arg(long)]
+        query: usize,
+        /// Run it and show the metrics.
+        #[arg(long)]
+        analyze: bool,
+        /// Settings to apply first, e.g. "SET ooode.index_join = 'always'".
+        #[arg(long)]
+        set: Vec<String>,
+    },
     /// Random page reads through each I/O engine at several queue depths, next to fio.
     Iobench {
         /// File to read (default: the lineitem heap of data/sf<SF>).
@@ -156,6 +171,48 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             if let Some(path) = json {
                 std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
             }
+        }
+        Command::Explain {
+            sf,
+            query,
+            analyze,
+            set,
+        } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let path =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("queries/q{query}.sql"));
+            let sql = std::fs::read_to_string(path)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let (_, ctx) = ooode_tpch::runner::contexts(&data).await?;
+                for s in &set {
+                    ooode_tpch::runner::run_sql(&ctx, s).await?;
+                }
+                // Earlier statements (q15's view) run as they are; the last one is explained.
+                let stmts: Vec<&str> = sql
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let (last, before) = stmts.split_last().ok_or("empty query file")?;
+                for s in before {
+                    ooode_tpch::runner::run_sql(&ctx, s).await?;
+                }
+                let verb = if analyze {
+                    "EXPLAIN ANALYZE"
+                } else {
+                    "EXPLAIN"
+                };
+                let plan = ctx.sql(&format!("{verb} {last}")).await?.collect().await?;
+                println!(
+                    "{}",
+                    datafusion::arrow::util::pretty::pretty_format_batches(&plan)?
+                );
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+            })?;
         }
         Command::Iobench {
             file,

@@ -67,6 +67,13 @@ async fn tpch_results_match_stock_datafusion() {
                     got, want,
                     "q{n} differs with ooode.index_join={rule}, execution_mode={mode}"
                 );
+                if rule == "never" {
+                    // Full scans of the heap pages instead of the Parquet copy.
+                    run(&ooode, "SET ooode.columnar_scan = false").await;
+                    let heap = rows(&run(&ooode, &sql).await);
+                    run(&ooode, "SET ooode.columnar_scan = true").await;
+                    assert_eq!(heap, want, "q{n} differs scanning heap pages, mode {mode}");
+                }
                 if rule == "always" && mode == "out_of_order" {
                     let last = sql
                         .split(';')

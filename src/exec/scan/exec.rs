@@ -37,6 +37,8 @@ pub struct OoodeScanExec {
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
+    /// A scan of the table's Parquet copy that does the reading, when set.
+    columnar: Option<Arc<dyn ExecutionPlan>>,
 }
 
 impl OoodeScanExec {
@@ -67,7 +69,18 @@ impl OoodeScanExec {
             io: IoMetrics::new(),
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
+            columnar: None,
         })
+    }
+
+    /// The same scan reading through `columnar`, a scan of the table's Parquet copy producing
+    /// the same columns (index plans that replace this node still read the heap).
+    pub fn with_columnar(self, columnar: Arc<dyn ExecutionPlan>) -> Self {
+        Self {
+            properties: columnar.properties().clone(),
+            columnar: Some(columnar),
+            ..self
+        }
     }
 
     /// The table.
@@ -109,10 +122,15 @@ impl DisplayAs for OoodeScanExec {
             .collect();
         write!(
             f,
-            "OoodeScanExec: table={}, pages={}, projection=[{}]",
+            "OoodeScanExec: table={}, pages={}, projection=[{}], reads={}",
             self.name,
             self.table.table().manifest().heap_pages,
-            cols.join(", ")
+            cols.join(", "),
+            if self.columnar.is_some() {
+                "parquet copy"
+            } else {
+                "heap"
+            }
         )
     }
 }
@@ -158,8 +176,11 @@ impl ExecutionPlan for OoodeScanExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        if let Some(columnar) = &self.columnar {
+            return columnar.execute(partition, context);
+        }
         let parts = self.properties.partitioning.partition_count() as u64;
         let pages = self.table.table().manifest().heap_pages;
         let (start, end) = (
@@ -196,7 +217,10 @@ impl ExecutionPlan for OoodeScanExec {
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
+        match &self.columnar {
+            Some(c) => c.metrics(),
+            None => Some(self.metrics.clone_inner()),
+        }
     }
 
     fn statistics_from_inputs(
