@@ -68,6 +68,8 @@ pub struct TableLoadReport {
     pub heap_bytes: u64,
     /// Bytes per index, by name.
     pub index_bytes: Vec<(String, u64)>,
+    /// Bytes of the table's Parquet copy (for full scans).
+    pub columnar_bytes: u64,
     /// Time in the Parquet writer.
     pub parquet_secs: f64,
     /// Parquet file bytes.
@@ -75,9 +77,9 @@ pub struct TableLoadReport {
 }
 
 impl TableLoadReport {
-    /// Heap plus all indexes.
-    pub fn ooode_bytes(&self) -> u64 {
-        self.heap_bytes + self.index_bytes.iter().map(|i| i.1).sum::<u64>()
+    /// All indexes.
+    pub fn all_index_bytes(&self) -> u64 {
+        self.index_bytes.iter().map(|i| i.1).sum::<u64>()
     }
 
     fn from_manifest(table: &str, m: &Manifest) -> Self {
@@ -93,6 +95,7 @@ impl TableLoadReport {
                 .iter()
                 .map(|i| (i.name.clone(), i.tree.pages * page))
                 .collect(),
+            columnar_bytes: 0,
             parquet_secs: 0.0,
             parquet_bytes: 0,
         }
@@ -167,6 +170,9 @@ pub fn load_table(
     report.ooode_secs = ooode_time.as_secs_f64();
     report.parquet_secs = parquet_time.as_secs_f64();
     report.parquet_bytes = std::fs::metadata(&parquet_path)?.len();
+    if let Some(file) = &manifest.columnar {
+        report.columnar_bytes = std::fs::metadata(data.ooode_table(t.name).join(file))?.len();
+    }
     Ok(report)
 }
 
@@ -207,18 +213,27 @@ pub fn ensure_dataset(data: &DataSet, force: bool) -> Result<Vec<TableLoadReport
 pub fn format_load_reports(reports: &[TableLoadReport]) -> String {
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     let mut out = format!(
-        "{:<9} {:>10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10}  indexes\n",
-        "table", "rows", "gen s", "ooode s", "heap MB", "index MB", "parquet s", "parquet MB"
+        "{:<9} {:>10} {:>9} {:>9} {:>10} {:>10} {:>11} {:>9} {:>10}  indexes\n",
+        "table",
+        "rows",
+        "gen s",
+        "ooode s",
+        "heap MB",
+        "index MB",
+        "columnar MB",
+        "parquet s",
+        "parquet MB"
     );
     for r in reports {
         out += &format!(
-            "{:<9} {:>10} {:>9.2} {:>9.2} {:>10.1} {:>10.1} {:>9.2} {:>10.1}  {}\n",
+            "{:<9} {:>10} {:>9.2} {:>9.2} {:>10.1} {:>10.1} {:>11.1} {:>9.2} {:>10.1}  {}\n",
             r.table,
             r.rows,
             r.generate_secs,
             r.ooode_secs,
             mb(r.heap_bytes),
-            mb(r.ooode_bytes() - r.heap_bytes),
+            mb(r.all_index_bytes()),
+            mb(r.columnar_bytes),
             r.parquet_secs,
             mb(r.parquet_bytes),
             r.index_bytes
@@ -230,13 +245,14 @@ pub fn format_load_reports(reports: &[TableLoadReport]) -> String {
     }
     let sum = |f: &dyn Fn(&TableLoadReport) -> f64| reports.iter().map(f).sum::<f64>();
     out += &format!(
-        "{:<9} {:>10} {:>9.2} {:>9.2} {:>10.1} {:>10.1} {:>9.2} {:>10.1}\n",
+        "{:<9} {:>10} {:>9.2} {:>9.2} {:>10.1} {:>10.1} {:>11.1} {:>9.2} {:>10.1}\n",
         "total",
         reports.iter().map(|r| r.rows).sum::<u64>(),
         sum(&|r| r.generate_secs),
         sum(&|r| r.ooode_secs),
         sum(&|r| mb(r.heap_bytes)),
-        sum(&|r| mb(r.ooode_bytes() - r.heap_bytes)),
+        sum(&|r| mb(r.all_index_bytes())),
+        sum(&|r| mb(r.columnar_bytes)),
         sum(&|r| r.parquet_secs),
         sum(&|r| mb(r.parquet_bytes)),
     );
