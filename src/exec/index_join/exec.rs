@@ -143,6 +143,8 @@ pub struct IndexJoinExec {
     query: Arc<QueryIo>,
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
+    /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
+    node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
 }
 
@@ -199,6 +201,7 @@ impl IndexJoinExec {
             query,
             io: IoMetrics::new(),
             metrics: ExecutionPlanMetricsSet::new(),
+            node_metrics: Default::default(),
             properties,
         })
     }
@@ -313,7 +316,10 @@ impl ExecutionPlan for IndexJoinExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let outer = self.outer.execute(partition, context.clone())?;
-        let node = NodeMetrics::new(&self.metrics, self.io.clone());
+        let node = self
+            .node_metrics
+            .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
+            .clone();
         let permits = self.query.permits.available_permits().max(1);
         let work = JoinWork {
             outer,

@@ -41,6 +41,8 @@ pub struct IndexScanExec {
     query: Arc<QueryIo>,
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
+    /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
+    node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
 }
 
@@ -87,6 +89,7 @@ impl IndexScanExec {
             query,
             io: IoMetrics::new(),
             metrics: ExecutionPlanMetricsSet::new(),
+            node_metrics: Default::default(),
             properties,
         })
     }
@@ -184,7 +187,10 @@ impl ExecutionPlan for IndexScanExec {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let node = NodeMetrics::new(&self.metrics, self.io.clone());
+        let node = self
+            .node_metrics
+            .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
+            .clone();
         let work = ScanWork {
             table: self.table.clone(),
             index: self.index,

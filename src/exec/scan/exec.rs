@@ -36,6 +36,8 @@ pub struct OoodeScanExec {
     query: Arc<QueryIo>,
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
+    /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
+    node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
     /// A scan of the table's Parquet copy that does the reading, when set.
     columnar: Option<Arc<dyn ExecutionPlan>>,
@@ -68,6 +70,7 @@ impl OoodeScanExec {
             query,
             io: IoMetrics::new(),
             metrics: ExecutionPlanMetricsSet::new(),
+            node_metrics: Default::default(),
             properties,
             columnar: None,
         })
@@ -188,7 +191,10 @@ impl ExecutionPlan for OoodeScanExec {
             pages * (partition as u64 + 1) / parts,
         );
         let window = self.query.permits.available_permits().clamp(1, 64);
-        let node = NodeMetrics::new(&self.metrics, self.io.clone());
+        let node = self
+            .node_metrics
+            .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
+            .clone();
         let steps = StepMetrics::new(self.io.clone(), &self.query);
         let (table, query, projection) = (
             self.table.clone(),
