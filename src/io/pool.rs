@@ -20,7 +20,7 @@ use super::buf::PageBuf;
 use super::{FileId, ReadFuture};
 use crate::storage::{Result, StorageError};
 
-/// Identifies a page: file and byte offset.
+/// Identifies a page: file (a pool file key, see [`BufferPool::file_key`]) and byte offset.
 pub type PageKey = (FileId, u64);
 
 /// What kind of page is requested (sets how long it stays cached).
@@ -92,6 +92,7 @@ pub struct PoolStats {
 pub struct BufferPool {
     budget: usize,
     inner: Mutex<Inner>,
+    file_keys: Mutex<HashMap<(u64, u64), FileId>>,
 }
 
 impl std::fmt::Debug for BufferPool {
@@ -193,7 +194,19 @@ impl BufferPool {
         Arc::new(Self {
             budget,
             inner: Mutex::new(Inner::default()),
+            file_keys: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The pool's key for the file at `path`, by device and inode: the same file read through
+    /// different engines shares cached pages, and a file replaced at the same path (a table
+    /// loaded again) gets a new key, so its old pages are never served for it.
+    pub fn file_key(&self, path: &std::path::Path) -> Result<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, "stat", e))?;
+        let mut keys = self.file_keys.lock();
+        let next = FileId(keys.len() as u32);
+        Ok(*keys.entry((meta.dev(), meta.ino())).or_insert(next))
     }
 
     /// The byte budget.

@@ -19,6 +19,8 @@ use crate::storage::{Result, StorageError, Table};
 #[derive(Debug)]
 struct SegmentFiles {
     files: Vec<FileId>,
+    /// The buffer pool's keys of the same files.
+    pool_keys: Vec<FileId>,
     striping: Striping,
     pages: u64,
     leaf_pages: u64,
@@ -27,6 +29,7 @@ struct SegmentFiles {
 impl SegmentFiles {
     fn open(
         engine: &dyn IoEngine,
+        pool: &BufferPool,
         segment: &SegmentReader,
         name: &str,
         leaf_pages: u64,
@@ -35,8 +38,12 @@ impl SegmentFiles {
         let files = (0..striping.dirs.len())
             .map(|i| engine.open(&striping.file(name, i)))
             .collect::<Result<Vec<_>>>()?;
+        let pool_keys = (0..striping.dirs.len())
+            .map(|i| pool.file_key(&striping.file(name, i)))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             files,
+            pool_keys,
             striping,
             pages: segment.pages(),
             leaf_pages,
@@ -63,6 +70,7 @@ impl TableIo {
     ) -> Result<Self> {
         let heap = SegmentFiles::open(
             engine.as_ref(),
+            &pool,
             table.heap(),
             crate::storage::loader::HEAP_SEGMENT,
             0,
@@ -73,6 +81,7 @@ impl TableIo {
             .map(|i| {
                 SegmentFiles::open(
                     engine.as_ref(),
+                    &pool,
                     &i.segment,
                     &i.meta.segment,
                     i.meta.tree.leaf_pages,
@@ -173,7 +182,8 @@ impl TableIo {
                 })
                 .boxed()
         };
-        let (page, cached) = self.pool.get((file, offset), len, hint, load).await?;
+        let key = (seg.pool_keys[path_idx], offset);
+        let (page, cached) = self.pool.get(key, len, hint, load).await?;
         if cached {
             metrics.iter().for_each(|m| m.hit());
         }
