@@ -90,6 +90,11 @@ pub async fn lookup(
     let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse());
     let mut out = Vec::new();
     while let Some(page_no) = cursor.next_page() {
+        // Cached pages (the upper B+tree levels, mostly) cost neither a permit nor a task.
+        if let Some(page) = table.cached_index_page(index, page_no, &metrics.0) {
+            cursor.feed(&page, &file, &mut out).map_err(to_df)?;
+            continue;
+        }
         let (t, m) = (table.clone(), metrics.clone());
         let page = with_permit(query, metrics, async move {
             t.index_page(index, page_no, &m.0).await
@@ -107,6 +112,9 @@ pub async fn heap_page(
     query: &Arc<QueryIo>,
     metrics: &StepMetrics,
 ) -> Result<PageBuf> {
+    if let Some(page) = table.cached_heap_page(page_no, &metrics.0) {
+        return Ok(page);
+    }
     let (t, m) = (table.clone(), metrics.clone());
     with_permit(
         query,

@@ -284,6 +284,19 @@ impl BufferPool {
         }
     }
 
+    /// The page `key` if it is cached (counted as a hit), without starting or joining a read.
+    pub fn get_cached(&self, key: PageKey, hint: PageHint) -> Option<PageBuf> {
+        let mut inner = self.inner.lock();
+        let e = inner.map.get_mut(&key)?;
+        let State::Ready(page) = &e.state else {
+            return None;
+        };
+        let page = page.clone();
+        e.chances = e.chances.max(hint.chances());
+        inner.stats.hits += 1;
+        Some(page)
+    }
+
     /// Records the outcome of a finished read: cache the page, or forget a failed read.
     fn settle(&self, key: PageKey, result: &Result<PageBuf, Arc<StorageError>>) {
         let mut inner = self.inner.lock();

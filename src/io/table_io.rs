@@ -137,6 +137,45 @@ impl TableIo {
         self.read(seg, page_no, hint, kind, metrics).await
     }
 
+    /// Heap page `page_no` if the buffer pool holds it (no read, no waiting); counted as a hit.
+    pub fn cached_heap_page(&self, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Option<PageBuf> {
+        self.cached(&self.heap, page_no, PageHint::Data, metrics)
+    }
+
+    /// Page `page_no` of the `index`-th index if the buffer pool holds it.
+    pub fn cached_index_page(
+        &self,
+        index: usize,
+        page_no: u64,
+        metrics: &[Arc<IoMetrics>],
+    ) -> Option<PageBuf> {
+        let seg = self.indexes.get(index)?;
+        let hint = if page_no < seg.leaf_pages {
+            PageHint::IndexLeaf
+        } else {
+            PageHint::IndexInner
+        };
+        self.cached(seg, page_no, hint, metrics)
+    }
+
+    fn cached(
+        &self,
+        seg: &SegmentFiles,
+        page_no: u64,
+        hint: PageHint,
+        metrics: &[Arc<IoMetrics>],
+    ) -> Option<PageBuf> {
+        if page_no >= seg.pages {
+            return None;
+        }
+        let (path_idx, offset) = seg.striping.locate(page_no);
+        let page = self
+            .pool
+            .get_cached((seg.pool_keys[path_idx], offset), hint)?;
+        metrics.iter().for_each(|m| m.hit());
+        Some(page)
+    }
+
     /// The file holding heap page `page_no` (for error messages).
     pub fn heap_file(&self, page_no: u64) -> std::path::PathBuf {
         self.heap.striping.file(
