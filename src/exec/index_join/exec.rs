@@ -241,14 +241,7 @@ impl DisplayAs for IndexJoinExec {
         if let Some(filter) = &self.filter {
             write!(f, ", filter={}", filter.expression())?;
         }
-        write!(
-            f,
-            ", mode={}",
-            match self.query.mode {
-                crate::exec::config::ExecutionMode::OutOfOrder => "out_of_order",
-                crate::exec::config::ExecutionMode::InOrder => "in_order",
-            }
-        )
+        write!(f, ", mode={}", self.query.mode)
     }
 }
 

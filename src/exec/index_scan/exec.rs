@@ -136,10 +136,7 @@ impl DisplayAs for IndexScanExec {
             idx.columns.join(", "),
             self.ranges_text,
             self.predicate,
-            match self.query.mode {
-                crate::exec::config::ExecutionMode::OutOfOrder => "out_of_order",
-                crate::exec::config::ExecutionMode::InOrder => "in_order",
-            }
+            self.query.mode
         )
     }
 }
