@@ -135,7 +135,13 @@ pub fn load_table(
         .clone();
     let mut parquet =
         ArrowWriter::try_new(File::create(&parquet_tmp)?, schema.clone(), Some(props))?;
-    let mut writer = TableWriter::create(data.ooode_table(t.name), schema, options)?;
+    let progress_bar = bar.clone();
+    let mut writer =
+        TableWriter::create(data.ooode_table(t.name), schema, options)?.with_progress(move |p| {
+            let mb = p.bytes_written as f64 / (1 << 20) as f64;
+            let rate = mb / p.elapsed.as_secs_f64().max(1e-3);
+            progress_bar.set_message(format!("{:?}: {mb:.0} MB written, {rate:.0} MB/s", p.phase));
+        });
 
     let (mut gen_time, mut ooode_time, mut parquet_time) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
@@ -193,8 +199,7 @@ pub fn ensure_dataset(data: &DataSet, force: bool) -> Result<Vec<TableLoadReport
             continue;
         }
         // lineitem has about 4 rows per order.
-        let expect =
-            expected_rows(t.name, data.sf).unwrap_or_else(|| (6_001_215.0 * data.sf) as u64);
+        let expect = expected_rows(t.name, data.sf).unwrap_or((6_001_215.0 * data.sf) as u64);
         let bar = bars.add(ProgressBar::new(expect.max(1)));
         bar.set_style(style.clone());
         bar.set_prefix(t.name);
