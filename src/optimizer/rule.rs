@@ -335,6 +335,11 @@ fn index_driven(plan: &Arc<dyn ExecutionPlan>) -> bool {
     if let Some(join) = plan.downcast_ref::<IndexJoinExec>() {
         return index_driven(join.outer());
     }
+    // A hash join of index-driven inputs (DataFusion's transitive filters make both sides of
+    // `customer JOIN orders ... WHERE c_custkey <= N` index scans) is bounded by them.
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        return index_driven(&join.left) && index_driven(&join.right);
+    }
     let passthrough = plan.is::<ProjectionExec>()
         || plan.is::<FilterExec>()
         || plan.name() == "CoalesceBatchesExec"

@@ -6,6 +6,11 @@ use clap::{Parser, Subcommand};
 use ooode_tpch::datagen::{DataSet, default_root, ensure_dataset, format_load_reports};
 use ooode_tpch::iobench::{self, IoBenchOptions};
 
+// glibc's malloc degrades under the engine's pattern (many 8 KiB aligned page buffers held by
+// the buffer pool while small allocations churn): memalign walks long free lists.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "ooode-tpch", about = "TPC-H data and benchmarks for ooode")]
 struct Cli {
@@ -54,6 +59,9 @@ enum Command {
         /// Time limit per query, seconds.
         #[arg(long, default_value_t = 120)]
         limit: u64,
+        /// Run only engines whose name contains one of these (e.g. "out_of_order,parquet").
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         /// Also write the measurements as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -64,8 +72,11 @@ enum Command {
         #[arg(long, default_value_t = 0.1)]
         sf: f64,
         /// Query number (1 to 22).
-        #[arg(long)]
-        query: usize,
+        #[arg(long, required_unless_present = "sql")]
+        query: Option<usize>,
+        /// SQL text to explain instead of a TPC-H query.
+        #[arg(long, conflicts_with = "query")]
+        sql: Option<String>,
         /// Run it and show the metrics.
         #[arg(long)]
         analyze: bool,
@@ -150,7 +161,13 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 std::fs::write(path, serde_json::to_string_pretty(&reports)?)?;
             }
         }
-        Command::Fig4 { sf, n, limit, json } => {
+        Command::Fig4 {
+            sf,
+            n,
+            limit,
+            only,
+            json,
+        } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -160,6 +177,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 &data,
                 &n,
                 std::time::Duration::from_secs(limit),
+                &only,
             ))?;
             println!(
                 "Fig. 4 query, TPC-H SF {sf}:\n{}",
@@ -175,14 +193,19 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Command::Explain {
             sf,
             query,
+            sql,
             analyze,
             set,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
-            let path =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("queries/q{query}.sql"));
-            let sql = std::fs::read_to_string(path)?;
+            let sql = match (sql, query) {
+                (Some(sql), _) => sql,
+                (None, q) => std::fs::read_to_string(
+                    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                        .join(format!("queries/q{}.sql", q.unwrap_or(1))),
+                )?,
+            };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;

@@ -107,7 +107,7 @@ pub async fn run(data: &DataSet, queries_dir: &Path) -> Result<Vec<QueryRun>, Bo
             .split(';')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .last()
+            .next_back()
             .unwrap_or("");
         let plan = sorted_rows(&run_sql(&ooode, &format!("EXPLAIN {last}")).await?)?.join("\n");
         runs.push(QueryRun {

@@ -79,7 +79,7 @@ async fn tpch_results_match_stock_datafusion() {
                         .split(';')
                         .map(str::trim)
                         .filter(|s| !s.is_empty())
-                        .last()
+                        .next_back()
                         .unwrap()
                         .to_string();
                     let plan = rows(&run(&ooode, &format!("EXPLAIN {last}")).await).join("\n");

@@ -14,7 +14,9 @@ use ooode_tpch::datagen::{DataSet, load_options, load_table};
 use ooode_tpch::tables::TABLES;
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 
-struct Db(SessionContext);
+/// A session, and the data directory whose path is shown as `DATA` (plans name the files of
+/// scans, and the directory is a fresh temporary one per run).
+struct Db(SessionContext, String);
 
 #[async_trait]
 impl AsyncDB for Db {
@@ -40,7 +42,10 @@ impl AsyncDB for Db {
                 rows.push(
                     fmts.iter()
                         .map(|f| {
-                            let v = f.value(r).to_string();
+                            let v = f
+                                .value(r)
+                                .to_string()
+                                .replace(self.1.trim_start_matches('/'), "DATA");
                             if v.is_empty() {
                                 "(empty)".to_string()
                             } else {
@@ -105,6 +110,7 @@ async fn ooode_session(data: &DataSet, settings: &[String]) -> SessionContext {
 async fn slt_files() {
     let dir = tempfile::tempdir().unwrap();
     let data = DataSet::new(dir.path(), 0.01);
+    let data_dir = dir.path().display().to_string();
     for t in &TABLES {
         load_table(&data, t, load_options(t), &ProgressBar::hidden()).unwrap();
     }
@@ -121,9 +127,10 @@ async fn slt_files() {
                 .await
                 .unwrap();
         }
+        let dir_shown = data_dir.clone();
         let mut runner = sqllogictest::Runner::new(move || {
-            let ctx = stock.clone();
-            async move { Ok(Db(ctx)) }
+            let (ctx, dir) = (stock.clone(), dir_shown.clone());
+            async move { Ok(Db(ctx, dir)) }
         });
         runner
             .update_test_file(
@@ -137,9 +144,10 @@ async fn slt_files() {
             .unwrap();
         let always = vec!["SET ooode.index_join = 'always'".to_string()];
         let ctx = ooode_session(&data, &always).await;
+        let dir_shown = data_dir.clone();
         let mut runner = sqllogictest::Runner::new(move || {
-            let ctx = ctx.clone();
-            async move { Ok(Db(ctx)) }
+            let (ctx, dir) = (ctx.clone(), dir_shown.clone());
+            async move { Ok(Db(ctx, dir)) }
         });
         runner
             .update_test_file(
@@ -159,9 +167,10 @@ async fn slt_files() {
                 format!("SET ooode.index_join = '{rule}'"),
             ];
             let ctx = ooode_session(&data, &settings).await;
+            let data_dir = data_dir.clone();
             let mut runner = sqllogictest::Runner::new(move || {
-                let ctx = ctx.clone();
-                async move { Ok(Db(ctx)) }
+                let (ctx, dir) = (ctx.clone(), data_dir.clone());
+                async move { Ok(Db(ctx, dir)) }
             });
             runner
                 .run_file_async(slt("tpch.slt"))
@@ -173,8 +182,8 @@ async fn slt_files() {
     }
     let ctx = ooode_session(&data, &["SET ooode.index_join = 'always'".to_string()]).await;
     let mut runner = sqllogictest::Runner::new(move || {
-        let ctx = ctx.clone();
-        async move { Ok(Db(ctx)) }
+        let (ctx, dir) = (ctx.clone(), data_dir.clone());
+        async move { Ok(Db(ctx, dir)) }
     });
     runner.with_validator(folded_validator);
     runner

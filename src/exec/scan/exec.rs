@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, Statistics};
@@ -13,6 +14,7 @@ use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExp
 use datafusion::physical_plan::execution_plan::{
     Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
 };
+use datafusion::physical_plan::filter_pushdown::{FilterDescription, FilterPushdownPhase};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -147,8 +149,37 @@ impl ExecutionPlan for OoodeScanExec {
         &self.properties
     }
 
+    /// The Parquet copy's scan, when it does the reading, is a child so that DataFusion's
+    /// dynamic filters (hash join build sides, TopK) reach it as they reach a stock scan.
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
+        self.columnar.iter().collect()
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.children().len()]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true; self.children().len()]
+    }
+
+    fn gather_filters_for_pushdown(
+        &self,
+        phase: FilterPushdownPhase,
+        parent_filters: Vec<Arc<dyn PhysicalExpr>>,
+        _config: &ConfigOptions,
+    ) -> Result<FilterDescription> {
+        // Static filters stay above (the optimizer rule turns FilterExec + scan into index
+        // scans); only the dynamic filters of the Post phase pass to the Parquet scan.
+        match phase {
+            FilterPushdownPhase::Post => {
+                FilterDescription::from_children(parent_filters, &self.children())
+            }
+            FilterPushdownPhase::Pre => Ok(FilterDescription::all_unsupported(
+                &parent_filters,
+                &self.children(),
+            )),
+        }
     }
 
     fn apply_expressions(
@@ -160,10 +191,13 @@ impl ExecutionPlan for OoodeScanExec {
 
     fn replace_children(
         self: Arc<Self>,
-        _: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(self)
+        match (children.into_iter().next(), &self.columnar) {
+            (Some(child), Some(_)) => Ok(Arc::new(self.as_ref().clone().with_columnar(child))),
+            _ => Ok(self),
+        }
     }
 
     fn with_new_children(
@@ -223,10 +257,8 @@ impl ExecutionPlan for OoodeScanExec {
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        match &self.columnar {
-            Some(c) => c.metrics(),
-            None => Some(self.metrics.clone_inner()),
-        }
+        // A Parquet child reports its own metrics.
+        Some(self.metrics.clone_inner())
     }
 
     fn statistics_from_inputs(
