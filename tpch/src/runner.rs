@@ -106,8 +106,7 @@ pub async fn run(data: &DataSet, queries_dir: &Path) -> Result<Vec<QueryRun>, Bo
         let last = sql
             .split(';')
             .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .next_back()
+            .rfind(|s| !s.is_empty())
             .unwrap_or("");
         let plan = sorted_rows(&run_sql(&ooode, &format!("EXPLAIN {last}")).await?)?.join("\n");
         runs.push(QueryRun {

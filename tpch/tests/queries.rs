@@ -78,8 +78,7 @@ async fn tpch_results_match_stock_datafusion() {
                     let last = sql
                         .split(';')
                         .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .next_back()
+                        .rfind(|s| !s.is_empty())
                         .unwrap()
                         .to_string();
                     let plan = rows(&run(&ooode, &format!("EXPLAIN {last}")).await).join("\n");
