@@ -91,13 +91,8 @@ async fn probe(
                 .iter()
                 .map(|&i| rows.column(i).clone())
                 .collect();
-            let keys = inner
-                .encoder
-                .encode_rows(&key_cols)
-                .map_err(crate::exec::context::to_df)?;
-            let mask: arrow::array::BooleanArray =
-                keys.iter().map(|k| Some(k.starts_with(&key))).collect();
-            rows = arrow::compute::filter_record_batch(&rows, &mask)?;
+            let run = key_run(&inner.encoder, &key_cols, &key)?;
+            rows = rows.slice(run.start, run.len());
         }
         if let Some(pred) = &inner.predicate {
             rows = batch_filter(&rows.project(&inner.read_positions)?, pred)?;
@@ -111,6 +106,46 @@ async fn probe(
         parts.push(rows);
     }
     Ok(concat_batches(&inner.output_schema, &parts)?)
+}
+
+/// The rows of a clustered heap page whose key starts with `prefix`.
+///
+/// The loader writes a clustered table's rows in clustering key order, so those rows are one
+/// run; two binary searches find it with a few key encodings instead of one per row.
+fn key_run(
+    encoder: &KeyEncoder,
+    key_cols: &[ArrayRef],
+    prefix: &[u8],
+) -> Result<std::ops::Range<usize>> {
+    use std::cmp::Ordering;
+    let rows = key_cols.first().map_or(0, |c| c.len());
+    let order = |row: usize| -> Result<Ordering> {
+        let key = encoder
+            .encode_row(key_cols, row)
+            .map_err(crate::exec::context::to_df)?;
+        let common = key.len().min(prefix.len());
+        Ok(match key[..common].cmp(&prefix[..common]) {
+            // A key that is a proper prefix of `prefix` sorts before it.
+            Ordering::Equal if key.len() < prefix.len() => Ordering::Less,
+            o => o,
+        })
+    };
+    // First row where `past(row)` holds; `past` must be false then true along the rows.
+    let search = |past: &dyn Fn(Ordering) -> bool| -> Result<usize> {
+        let (mut lo, mut hi) = (0, rows);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if past(order(mid)?) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(lo)
+    };
+    let start = search(&|o| o != Ordering::Less)?;
+    let end = search(&|o| o == Ordering::Greater)?.max(start);
+    Ok(start..end)
 }
 
 /// Runs one partition of the join, sending output batches to `tx`.

@@ -93,6 +93,7 @@ impl UringEngine {
             max_in_flight,
             use_fixed: AtomicBool::new(fixed_files),
             shutdown: AtomicBool::new(false),
+            unsubmitted: AtomicBool::new(false),
             metrics: IoMetrics::new(),
             files: files.clone(),
             recycler: recycler.clone(),
@@ -155,7 +156,12 @@ impl IoEngine for UringEngine {
             reply,
         });
         let path = self.files.path(file);
+        let flush = FlushOnDrop(self.shared.clone());
         async move {
+            // Let the other tasks that are ready push their reads first, then enter the kernel
+            // once for all of them. Dropped before that (cancelled), the guard still flushes.
+            tokio::task::yield_now().await;
+            drop(flush);
             rx.await.unwrap_or_else(|_| {
                 Err(StorageError::io(
                     path,
@@ -173,6 +179,15 @@ impl IoEngine for UringEngine {
 
     fn max_in_flight(&self) -> usize {
         self.config.max_in_flight
+    }
+}
+
+/// Submits pushed reads when dropped.
+struct FlushOnDrop(Arc<Shared>);
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        self.0.flush();
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Shared {
     pub use_fixed: AtomicBool,
     /// Set when the engine is dropped.
     pub shutdown: AtomicBool,
+    /// Entries pushed to the submission queue that no io_uring_enter has taken yet.
+    pub unsubmitted: AtomicBool,
     /// Engine counters.
     pub metrics: Arc<IoMetrics>,
     /// Paths for error messages.
@@ -64,17 +66,24 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Submits `op`, or queues it when the in-flight limit is reached.
+    /// Pushes `op` to the submission queue, or queues it when the in-flight limit is reached.
+    /// The kernel sees it at the next [`Shared::flush`]: reads pushed by tasks that run in the
+    /// same scheduler round share one io_uring_enter.
     pub fn submit(&self, op: ReadOp) {
-        {
-            let mut t = self.tracker.lock();
-            if t.in_flight >= self.max_in_flight || !t.overflow.is_empty() {
-                t.overflow.push_back(op);
-                return;
-            }
-            self.push(&mut t, op);
+        let mut t = self.tracker.lock();
+        if t.in_flight >= self.max_in_flight || !t.overflow.is_empty() {
+            t.overflow.push_back(op);
+            return;
         }
-        self.enter_submit();
+        self.push(&mut t, op);
+        self.unsubmitted.store(true, SeqCst);
+    }
+
+    /// Hands every pushed entry to the kernel, unless another caller already did.
+    pub fn flush(&self) {
+        if self.unsubmitted.swap(false, SeqCst) {
+            self.enter_submit();
+        }
     }
 
     /// Hands pushed entries to the kernel.
