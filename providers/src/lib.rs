@@ -1,13 +1,28 @@
-//! DataFusion integration of ooode (layer 5): the table provider, `STORED AS OOODE`, and the
-//! one call that registers everything.
+//! DataFusion integration of ooode (layer 5): the table provider, `STORED AS OOODE`,
+//! `COPY ... STORED AS OOODE`, the `ooode.*` settings and the one call that registers them with
+//! ooode's optimizer rule ([`with_ooode`] on a `SessionStateBuilder`, or [`ooode_context`]).
 //!
-//! ```no_run
-//! # async fn demo() -> datafusion::common::Result<()> {
+//! ```
+//! # #[tokio::main]
+//! # async fn main() -> datafusion::common::Result<()> {
+//! use datafusion::arrow::array::AsArray;
+//! use datafusion::arrow::datatypes::Int64Type;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let table = dir.path().join("t").display().to_string();
 //! let ctx = ooode_providers::ooode_context(datafusion::prelude::SessionConfig::new());
-//! ctx.sql("CREATE EXTERNAL TABLE orders STORED AS OOODE LOCATION 'data/sf0.1/ooode/orders'")
-//!     .await?;
-//! ctx.sql("SET ooode.execution_mode = 'in_order'").await?;
-//! ctx.sql("SELECT count(*) FROM orders WHERE o_custkey = 42").await?.show().await?;
+//! // A table from any query: clustered by id, with a secondary index on grp.
+//! ctx.sql(&format!(
+//!     "COPY (SELECT value AS id, value % 100 AS grp FROM generate_series(1, 10000)) \
+//!      TO '{table}' STORED AS OOODE \
+//!      OPTIONS ('ooode.clustering_key' 'id', 'ooode.indexes' 'grp')"
+//! )).await?.collect().await?;
+//! ctx.sql(&format!("CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{table}'"))
+//!     .await?.collect().await?;
+//! // Read through the grp index: out of order by default; `in_order` is the baseline.
+//! ctx.sql("SET ooode.execution_mode = 'in_order'").await?.collect().await?;
+//! let batches = ctx.sql("SELECT count(*) FROM t WHERE grp = 42").await?.collect().await?;
+//! assert_eq!(batches[0].column(0).as_primitive::<Int64Type>().value(0), 100);
 //! # Ok(()) }
 //! ```
 
@@ -21,4 +36,4 @@ pub mod writer;
 pub use factory::OoodeTableFactory;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, with_ooode};
-pub use writer::{OoodeFormatFactory, OoodeWriteExec};
+pub use writer::{OoodeCopyOptions, OoodeFormatFactory, OoodeWriteExec};

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use datafusion::common::config::TableOptions;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -9,7 +10,7 @@ use ooode::exec::OoodeConfig;
 use ooode::optimizer::OoodeIndexRule;
 
 use crate::factory::OoodeTableFactory;
-use crate::writer::OoodeFormatFactory;
+use crate::writer::{OoodeCopyOptions, OoodeFormatFactory};
 
 /// Adds ooode to a session being built: the `OOODE` table factory, the `OOODE` file format
 /// (for `COPY ... STORED AS OOODE`), the `ooode.*` settings, and the index rule, placed right after DataFusion's filter pushdown (before distribution
@@ -35,7 +36,17 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .take()
         .unwrap_or_else(datafusion::execution::SessionStateDefaults::default_file_formats);
     formats.push(Arc::new(OoodeFormatFactory));
+    // Table options know the `ooode.` COPY options too: tools that check a COPY's options
+    // against them before planning (datafusion-cli does) then accept them.
+    let mut table_options = builder
+        .table_options()
+        .take()
+        .unwrap_or_else(|| TableOptions::default_from_session_config(config.options()));
+    if table_options.extensions.get::<OoodeCopyOptions>().is_none() {
+        table_options.extensions.insert(OoodeCopyOptions::default());
+    }
     builder
+        .with_table_options(table_options)
         .with_file_formats(formats)
         .with_config(config)
         .with_physical_optimizer_rules(rules)

@@ -19,8 +19,9 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{GetExt, Result, Statistics, not_impl_err, plan_err};
+use datafusion::common::{DataFusionError, GetExt, Result, Statistics, not_impl_err, plan_err};
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::{FileFormat, FileFormatFactory};
 use datafusion::datasource::physical_plan::{
@@ -54,6 +55,59 @@ const KEYS: &[&str] = &[
     "ooode.stripe_unit",
     "ooode.replace",
 ];
+
+/// The `ooode.` options of `COPY ... STORED AS OOODE OPTIONS (...)` as a table options
+/// extension. The writer reads the options from the COPY statement itself; this extension lets
+/// code that first applies a COPY's options to the session's table options accept the known
+/// keys, and name an unknown one.
+#[derive(Debug, Clone, Default)]
+pub struct OoodeCopyOptions {
+    values: std::collections::BTreeMap<String, String>,
+}
+
+impl ConfigExtension for OoodeCopyOptions {
+    const PREFIX: &'static str = "ooode";
+}
+
+impl ExtensionOptions for OoodeCopyOptions {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let key = key.strip_prefix("ooode.").unwrap_or(key);
+        let full = format!("ooode.{key}");
+        if !KEYS.contains(&full.as_str()) {
+            return Err(DataFusionError::Configuration(format!(
+                "unknown ooode table option '{full}'; known: {}",
+                KEYS.join(", ")
+            )));
+        }
+        self.values.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        KEYS.iter()
+            .map(|k| {
+                let key = k.trim_start_matches("ooode.");
+                ConfigEntry {
+                    key: k.to_string(),
+                    value: self.values.get(key).cloned(),
+                    description: "an option of COPY ... STORED AS OOODE",
+                }
+            })
+            .collect()
+    }
+}
 
 fn columns(list: &str) -> Vec<String> {
     list.split(',')

@@ -87,7 +87,8 @@ pub async fn lookup(
         .segment
         .file_of(0)
         .to_path_buf();
-    let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse());
+    // TableIo verifies every page once, when it is read; the walk need not again.
+    let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse()).with_verified_pages();
     let mut out = Vec::new();
     while let Some(page_no) = cursor.next_page() {
         // Cached pages (the upper B+tree levels, mostly) cost neither a permit nor a task.

@@ -40,7 +40,7 @@ pub struct Fig4Point {
     pub result: String,
 }
 
-async fn time_query(
+pub(crate) async fn time_query(
     ctx: &SessionContext,
     sql: &str,
     limit: Duration,
@@ -55,7 +55,7 @@ async fn time_query(
     }
 }
 
-fn drop_os_cache() -> bool {
+pub(crate) fn drop_os_cache() -> bool {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()

@@ -1,8 +1,13 @@
-//! TPC-H for ooode: data generation and loading (ooode tables and the Parquet baseline), and
-//! the I/O benchmark against fio.
+//! TPC-H for ooode: data generation and loading (ooode tables and the Parquet baseline), the
+//! 22 queries, the paper's Fig. 4 sweep and Q3'...Q17', the I/O benchmark against fio, and the
+//! JSON and SVG reports of a run.
 
 pub mod datagen;
 pub mod fig4;
 pub mod iobench;
+pub mod job;
+pub mod paper;
+pub mod report;
 pub mod runner;
+pub mod svg;
 pub mod tables;

@@ -20,8 +20,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The main job: generate and load TPC-H if missing, run the 22 queries on ooode and on
-    /// stock DataFusion over Parquet, print the comparison (results checked equal).
+    /// The main job: generate and load TPC-H if missing; run the 22 queries, the paper's
+    /// Fig. 4 sweep and Q3'...Q17' on ooode (out of order, in order, auto) and on stock
+    /// DataFusion over Parquet; print the comparison; write report.json and SVG plots.
+    /// Fails if any result differs from stock DataFusion.
     Run {
         /// Scale factor.
         #[arg(long, default_value_t = 0.1)]
@@ -29,9 +31,12 @@ enum Command {
         /// Data directory (default: data/sf<SF>).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Also write the measurements as JSON to this file.
+        /// Where report.json and the plots go (default: results/sf<SF>).
         #[arg(long)]
-        json: Option<PathBuf>,
+        out: Option<PathBuf>,
+        /// Time limit per query run, seconds.
+        #[arg(long, default_value_t = 300)]
+        limit: u64,
     },
     /// Generate TPC-H at a scale factor; write ooode tables and Parquet files, timing both.
     Gen {
@@ -109,35 +114,19 @@ enum Command {
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match Cli::parse().command {
-        Command::Run { sf, dir, json } => {
+        Command::Run {
+            sf,
+            dir,
+            out,
+            limit,
+        } => {
             let root = dir.unwrap_or_else(|| default_root(&PathBuf::from("data"), sf));
-            let data = DataSet::new(root, sf);
-            let loaded = ensure_dataset(&data, false)?;
-            if !loaded.is_empty() {
-                println!("Loaded TPC-H SF {sf}:\n{}", format_load_reports(&loaded));
-            }
-            let queries = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries");
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            let runs = runtime.block_on(ooode_tpch::runner::run(&data, &queries))?;
-            println!(
-                "TPC-H SF {sf}, 22 queries; ooode out of order with ooode.index_join = auto; caches as they\n             come (buffer pool and OS page cache warm up over the run):\n{}",
-                ooode_tpch::runner::format_runs(&runs)
-            );
-            let bad: Vec<_> = runs
-                .iter()
-                .filter(|r| !r.same_result)
-                .map(|r| r.query.clone())
-                .collect();
-            if let Some(path) = json {
-                std::fs::write(path, serde_json::to_string_pretty(&runs)?)?;
-            }
-            if !bad.is_empty() {
-                return Err(
-                    format!("RESULTS DIFFER from stock DataFusion: {}", bad.join(", ")).into(),
-                );
-            }
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("results/sf{sf}")));
+            ooode_tpch::job::run(
+                &DataSet::new(root, sf),
+                &out,
+                std::time::Duration::from_secs(limit),
+            )?;
         }
         Command::Gen {
             sf,

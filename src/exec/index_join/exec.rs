@@ -223,9 +223,21 @@ impl IndexJoinExec {
 }
 
 impl DisplayAs for IndexJoinExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let meta = &self.inner.table.table().indexes()[self.inner.index].meta;
         let keys: Vec<String> = self.outer_keys.iter().map(|k| k.to_string()).collect();
+        if let DisplayFormatType::TreeRender = t {
+            return write!(
+                f,
+                "kind={:?}\nouter_keys={}\ninner={}\nindex={}({})\nmode={}",
+                self.kind,
+                keys.join(", "),
+                self.inner.name,
+                meta.name,
+                meta.columns[..self.inner.encoder.columns()].join(", "),
+                self.query.mode
+            );
+        }
         write!(
             f,
             "IndexJoinExec: kind={:?}, outer_keys=[{}], inner={} index={}({})",

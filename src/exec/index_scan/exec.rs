@@ -126,8 +126,19 @@ impl IndexScanExec {
 }
 
 impl DisplayAs for IndexScanExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let idx = &self.table.table().indexes()[self.index].meta;
+        if let DisplayFormatType::TreeRender = t {
+            return write!(
+                f,
+                "table={}\nindex={}({})\nranges={}\nmode={}",
+                self.name,
+                idx.name,
+                idx.columns.join(", "),
+                self.ranges_text,
+                self.query.mode
+            );
+        }
         write!(
             f,
             "IndexScanExec: table={}, index={}({}), ranges={}, predicate={}, mode={}",

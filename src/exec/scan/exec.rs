@@ -118,7 +118,15 @@ impl OoodeScanExec {
 }
 
 impl DisplayAs for OoodeScanExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let reads = if self.columnar.is_some() {
+            "parquet copy"
+        } else {
+            "heap"
+        };
+        if let DisplayFormatType::TreeRender = t {
+            return write!(f, "table={}\nreads={reads}", self.name);
+        }
         let cols: Vec<_> = self
             .schema
             .fields()
@@ -131,11 +139,7 @@ impl DisplayAs for OoodeScanExec {
             self.name,
             self.table.table().manifest().heap_pages,
             cols.join(", "),
-            if self.columnar.is_some() {
-                "parquet copy"
-            } else {
-                "heap"
-            }
+            reads
         )
     }
 }

@@ -1,0 +1,98 @@
+//! The main job (`ooode-tpch run`): data if missing, then the 22 TPC-H queries, the Fig. 4
+//! sweep and Q3'...Q17' on every engine, the machine's facts, the tables on the terminal and
+//! the JSON and SVG files. Any result that differs from stock DataFusion fails the run.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::datagen::{DataSet, ensure_dataset, format_load_reports};
+use crate::report::{RunReport, machine_facts};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs the main job on `data`, writing the report files into `out`.
+pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, BoxError> {
+    let sf = data.sf;
+    let loaded = ensure_dataset(data, false)?;
+    if !loaded.is_empty() {
+        println!("Loaded TPC-H SF {sf}:\n{}", format_load_reports(&loaded));
+    }
+    let queries = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+
+    eprintln!("== 22 TPC-H queries: ooode (auto) vs stock DataFusion");
+    let tpch = runtime.block_on(crate::runner::run(data, &queries))?;
+    println!(
+        "TPC-H SF {sf}, 22 queries; ooode out of order with ooode.index_join = auto; caches as they\ncome (buffer pool and OS page cache warm up over the run):\n{}",
+        crate::runner::format_runs(&tpch)
+    );
+
+    // The paper's sweep, up to 1 % of the customers.
+    let customers = crate::tables::expected_rows("customer", sf).unwrap_or(150_000);
+    let ns: Vec<u64> = [1, 15, 150, 1500, 15000]
+        .into_iter()
+        .filter(|&n| n * 100 <= customers)
+        .collect();
+    eprintln!("== Fig. 4 sweep, N = {ns:?}");
+    let fig4 = runtime.block_on(crate::fig4::run(data, &ns, limit, &[]))?;
+    println!(
+        "\nFig. 4 query, TPC-H SF {sf}:\n{}",
+        crate::fig4::format_points(&fig4.points)
+    );
+
+    eprintln!("== Q3' ... Q17': out of order vs in order vs DataFusion, cold / hot / cross");
+    let paper_queries = crate::paper::load_queries(&queries.join("paper"), sf)?;
+    let paper = runtime.block_on(crate::paper::run(data, &paper_queries, limit))?;
+    println!(
+        "\nThe paper's TPC-H-like queries, SF {sf} (ooode with index plans, `always`; select. = share\nof the driving table the query's condition picks, measured):\n{}",
+        crate::paper::format_report(&paper)
+    );
+    if !paper.parquet_cold_is_cold {
+        println!(
+            "(not root: the OS page cache was not dropped, Parquet cold/cross runs were warm)"
+        );
+    }
+
+    eprintln!("== machine facts (fio at depth 1 and 64)");
+    let machine = machine_facts(&data.ooode_table("lineitem").join("heap.0.pages"), 8192);
+    println!(
+        "\nMachine: {} cores, {:.1} GiB; fio random 8 KiB reads of the lineitem heap: QD1 {} IOPS, QD64 {} IOPS",
+        machine.cores,
+        machine.memory_bytes as f64 / (1u64 << 30) as f64,
+        machine
+            .fio_iops_qd1
+            .map_or("n/a".into(), |v| format!("{v:.0}")),
+        machine
+            .fio_iops_qd64
+            .map_or("n/a".into(), |v| format!("{v:.0}")),
+    );
+    let report = RunReport {
+        sf,
+        machine,
+        tpch,
+        fig4,
+        paper,
+    };
+    for f in crate::report::write(&report, out)? {
+        println!("wrote {f}");
+    }
+
+    let mut bad: Vec<String> = report
+        .tpch
+        .iter()
+        .filter(|r| !r.same_result)
+        .map(|r| format!("{}: result differs from DataFusion", r.query))
+        .collect();
+    bad.extend(crate::fig4::mismatches(&report.fig4.points));
+    bad.extend(crate::paper::mismatches(&report.paper));
+    if !bad.is_empty() {
+        return Err(format!(
+            "RESULTS DIFFER from stock DataFusion:\n  {}",
+            bad.join("\n  ")
+        )
+        .into());
+    }
+    Ok(report)
+}

@@ -1,0 +1,188 @@
+//! What the main job writes beside its terminal tables: one JSON file with every measurement
+//! and the machine's facts, and SVG plots in the spirit of the paper (Fig. 5, 7, 8/9).
+
+use std::path::Path;
+
+use crate::fig4::Fig4Report;
+use crate::paper::{CACHES, ENGINES, PaperReport};
+use crate::runner::QueryRun;
+use crate::svg::{Axis, Series, bar_chart, line_chart};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The machine the numbers come from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MachineFacts {
+    /// Cores available to the process.
+    pub cores: usize,
+    /// Total memory, bytes.
+    pub memory_bytes: u64,
+    /// File fio read (the lineitem heap).
+    pub fio_file: String,
+    /// fio random 8 KiB O_DIRECT reads (io_uring engine) at queue depth 1, IOPS; None without fio.
+    pub fio_iops_qd1: Option<f64>,
+    /// The same at queue depth 64.
+    pub fio_iops_qd64: Option<f64>,
+    /// Why fio numbers are missing, if they are.
+    pub fio_note: Option<String>,
+}
+
+/// Measures the machine: cores, memory, fio at depth 1 and 64 on `file` (2 s each).
+pub fn machine_facts(file: &Path, page_size: usize) -> MachineFacts {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: sysconf has no preconditions.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as u64;
+    // SAFETY: as above.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    let mut facts = MachineFacts {
+        cores,
+        memory_bytes: pages * page,
+        fio_file: file.display().to_string(),
+        fio_iops_qd1: None,
+        fio_iops_qd64: None,
+        fio_note: None,
+    };
+    if !crate::iobench::ensure_fio() {
+        facts.fio_note = Some("fio is not installed and could not be installed".into());
+        return facts;
+    }
+    for depth in [1, 64] {
+        match crate::iobench::run_fio(file, page_size, depth, 2.0, "io_uring") {
+            Ok((iops, _)) if depth == 1 => facts.fio_iops_qd1 = Some(iops),
+            Ok((iops, _)) => facts.fio_iops_qd64 = Some(iops),
+            Err(e) => facts.fio_note = Some(e.to_string()),
+        }
+    }
+    facts
+}
+
+/// Everything one run of the main job measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    /// Scale factor.
+    pub sf: f64,
+    /// The machine.
+    pub machine: MachineFacts,
+    /// The 22 TPC-H queries: ooode `auto` vs stock DataFusion.
+    pub tpch: Vec<QueryRun>,
+    /// The Fig. 4 sweep.
+    pub fig4: Fig4Report,
+    /// Q3' ... Q17'.
+    pub paper: PaperReport,
+}
+
+/// Writes `report.json` and the plots into `dir`; returns the files written.
+pub fn write(report: &RunReport, dir: &Path) -> Result<Vec<String>, BoxError> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let mut put = |name: &str, text: String| -> Result<(), BoxError> {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        written.push(path.display().to_string());
+        Ok(())
+    };
+    put("report.json", serde_json::to_string_pretty(report)?)?;
+    put("fig5_time_vs_selectivity.svg", fig5(&report.fig4, "cold"))?;
+    put(
+        "fig5_time_vs_selectivity_hot.svg",
+        fig5(&report.fig4, "hot"),
+    )?;
+    put("fig7_speedup_per_query.svg", fig7(&report.paper))?;
+    let (iops, cpu) = fig8_9(&report.paper.io_samples);
+    put("fig8_iops_over_time.svg", iops)?;
+    put("fig9_cpu_over_time.svg", cpu)?;
+    Ok(written)
+}
+
+/// Time vs selectivity, log-log, one line per engine.
+fn fig5(fig4: &Fig4Report, cache: &str) -> String {
+    let engines = [
+        "ooode out_of_order",
+        "ooode in_order",
+        "ooode auto",
+        "datafusion parquet",
+    ];
+    let series: Vec<Series> = engines
+        .iter()
+        .map(|e| Series {
+            name: e.to_string(),
+            points: fig4
+                .points
+                .iter()
+                .filter(|p| p.engine == *e && p.cache == cache)
+                .filter_map(|p| Some((p.selectivity * 100.0, p.secs?)))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &format!("Fig. 4 query: time vs selectivity ({cache})"),
+        Axis {
+            label: "customers selected, %",
+            log: true,
+        },
+        Axis {
+            label: "seconds",
+            log: true,
+        },
+        &series,
+    )
+}
+
+/// Speedup of out-of-order over in-order and over Parquet per paper query, cold and cross.
+fn fig7(paper: &PaperReport) -> String {
+    let queries: Vec<String> = paper.selectivity.iter().map(|(q, _)| q.clone()).collect();
+    let secs = |q: &str, e: &str, c: &str| {
+        paper
+            .points
+            .iter()
+            .find(|p| p.query == q && p.engine == e && p.cache == c)
+            .and_then(|p| p.secs)
+    };
+    let mut series = Vec::new();
+    for cache in CACHES.iter().filter(|c| **c != "hot") {
+        for (label, base) in [("in-order", ENGINES[1]), ("Parquet", ENGINES[2])] {
+            series.push((
+                format!("vs {label}, {cache}"),
+                queries
+                    .iter()
+                    .map(|q| Some(secs(q, base, cache)? / secs(q, ENGINES[0], cache)?))
+                    .collect(),
+            ));
+        }
+    }
+    bar_chart(
+        "Out-of-order speedup per query",
+        Axis {
+            label: "speedup (x)",
+            log: true,
+        },
+        &queries,
+        &series,
+    )
+}
+
+/// IOPS and CPU over time during Q3', cold, out of order.
+fn fig8_9(samples: &[ooode::io::Sample]) -> (String, String) {
+    let line = |title: &str, label: &str, f: &dyn Fn(&ooode::io::Sample) -> f64| {
+        line_chart(
+            title,
+            Axis {
+                label: "seconds",
+                log: false,
+            },
+            Axis { label, log: false },
+            &[Series {
+                name: "Q3' cold".into(),
+                points: samples.iter().map(|s| (s.t, f(s))).collect(),
+            }],
+        )
+    };
+    (
+        line("Q3', out of order, cold: IOPS", "reads per second", &|s| {
+            s.iops
+        }),
+        line("Q3', out of order, cold: CPU", "CPU, % of one core", &|s| {
+            s.cpu_percent
+        }),
+    )
+}
