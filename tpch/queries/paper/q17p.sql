@@ -1,5 +1,5 @@
 -- Q17': TPC-H Q17's join graph (part -> lineitem, with the correlated average quantity per
--- part); the brand and container conditions become a range of the part key (clustering
+-- part): the brand and container conditions become a range of the part key (clustering
 -- index): 0.5 % of parts at any scale factor ({sf} is replaced by the scale factor).
 -- driving-table: part
 -- driving-predicate: p_partkey <= CAST(1000 * {sf} AS BIGINT)

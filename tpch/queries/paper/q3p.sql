@@ -1,4 +1,4 @@
--- Q3': TPC-H Q3's join graph (customer -> orders -> lineitem, revenue per order); the market
+-- Q3': TPC-H Q3's join graph (customer -> orders -> lineitem, revenue per order): the market
 -- segment and date conditions are replaced by a range of the customer key (clustering index):
 -- 0.5 % of customers at any scale factor ({sf} is replaced by the scale factor).
 -- driving-table: customer

@@ -1,4 +1,4 @@
--- Q4': TPC-H Q4's join graph (orders with an EXISTS on lineitem, counted by priority); the
+-- Q4': TPC-H Q4's join graph (orders with an EXISTS on lineitem, counted by priority): the
 -- quarter of order dates becomes 12 days (o_orderdate index): about 0.5 % of orders, since
 -- order dates spread evenly over 2,406 days at any scale factor.
 -- driving-table: orders

@@ -1,5 +1,5 @@
 -- Q5': TPC-H Q5's join graph (orders -> customer, lineitem -> supplier -> nation -> region,
--- revenue per nation of ASIA); the year of order dates becomes 12 days (o_orderdate index):
+-- revenue per nation of ASIA): the year of order dates becomes 12 days (o_orderdate index):
 -- about 0.5 % of orders at any scale factor.
 -- driving-table: orders
 -- driving-predicate: o_orderdate >= DATE '1994-01-01' AND o_orderdate < DATE '1994-01-13'

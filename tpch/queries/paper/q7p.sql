@@ -1,5 +1,5 @@
--- Q7': TPC-H Q7's join graph (lineitem -> supplier, orders -> customer, two nations; volume
--- shipped between FRANCE and GERMANY); the two years of ship dates become 12 days (l_shipdate
+-- Q7': TPC-H Q7's join graph (lineitem -> supplier, orders -> customer, two nations: volume
+-- shipped between FRANCE and GERMANY): the two years of ship dates become 12 days (l_shipdate
 -- index): about 0.5 % of lineitems at any scale factor.
 -- driving-table: lineitem
 -- driving-predicate: l_shipdate BETWEEN DATE '1995-06-01' AND DATE '1995-06-12'

@@ -1,5 +1,5 @@
--- Q9': TPC-H Q9's join graph (part -> lineitem -> partsupp, supplier -> nation, orders; profit
--- per nation and year); the part name pattern becomes a range of the part key (clustering
+-- Q9': TPC-H Q9's join graph (part -> lineitem -> partsupp, supplier -> nation, orders: profit
+-- per nation and year): the part name pattern becomes a range of the part key (clustering
 -- index): 0.5 % of parts at any scale factor ({sf} is replaced by the scale factor).
 -- driving-table: part
 -- driving-predicate: p_partkey <= CAST(1000 * {sf} AS BIGINT)
