@@ -2,13 +2,12 @@
 //! run by ooode out of order, ooode in order, and stock DataFusion on Parquet, cold and hot,
 //! side by side in one run, with the results checked equal.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use datafusion::arrow::util::pretty::pretty_format_batches;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use ooode::exec::{OoodeConfig, OoodeRuntime};
 
 use crate::datagen::DataSet;
+use crate::runner::{contexts, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -35,24 +34,9 @@ pub struct Fig4Point {
     pub secs: Option<f64>,
     /// Pages read by ooode (None for Parquet).
     pub pages_read: Option<u64>,
-    /// Result text (checked equal across engines).
+    /// Sorted result rows (checked equal across engines).
     #[serde(skip)]
-    pub result: String,
-}
-
-pub(crate) async fn time_query(
-    ctx: &SessionContext,
-    sql: &str,
-    limit: Duration,
-) -> Result<(Option<f64>, String), BoxError> {
-    let start = Instant::now();
-    match tokio::time::timeout(limit, async { ctx.sql(sql).await?.collect().await }).await {
-        Ok(batches) => Ok((
-            Some(start.elapsed().as_secs_f64()),
-            pretty_format_batches(&batches?)?.to_string(),
-        )),
-        Err(_) => Ok((None, String::new())),
-    }
+    pub result: Vec<String>,
 }
 
 pub(crate) fn drop_os_cache() -> bool {
@@ -83,25 +67,7 @@ pub async fn run(
     only: &[String],
 ) -> Result<Fig4Report, BoxError> {
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
-    let stock = SessionContext::new_with_config(SessionConfig::new());
-    let ooode = ooode_providers::ooode_context(SessionConfig::new());
-    for name in ["customer", "orders", "lineitem"] {
-        stock
-            .register_parquet(
-                name,
-                data.parquet_file(name).to_str().unwrap_or_default(),
-                ParquetReadOptions::default(),
-            )
-            .await?;
-        ooode
-            .sql(&format!(
-                "CREATE EXTERNAL TABLE {name} STORED AS OOODE LOCATION '{}'",
-                data.ooode_table(name).display()
-            ))
-            .await?
-            .collect()
-            .await?;
-    }
+    let (stock, ooode) = contexts(data).await?;
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(1) as f64;
     let engines: [(&str, &[&str]); 3] = [
         (
@@ -127,7 +93,7 @@ pub async fn run(
         ),
     ];
     // The first ooode query of a process sets up the I/O engines; keep that out of the runs.
-    time_query(&ooode, &fig4_sql(1), limit).await?;
+    timed_rows(&ooode, &fig4_sql(1), limit).await?;
     let can_drop = drop_os_cache();
     if !can_drop {
         eprintln!("cannot drop the OS page cache (not root): Parquet 'cold' runs are warm");
@@ -153,14 +119,14 @@ pub async fn run(
                 if cache == "cold" {
                     pool.clear();
                 } else {
-                    time_query(&ooode, &sql, limit).await?;
+                    timed_rows(&ooode, &sql, limit).await?;
                 }
                 let before = ooode_reads(&pool);
                 let sample = n == largest && cache == "cold" && name == "ooode out_of_order";
                 let sampler = sample.then(|| {
                     ooode::io::Sampler::start(engine_metrics.clone(), Duration::from_millis(10))
                 });
-                let (secs, result) = time_query(&ooode, &sql, limit).await?;
+                let (secs, result) = timed_rows(&ooode, &sql, limit).await?;
                 if let Some(s) = sampler {
                     io_samples = s.finish();
                 }
@@ -181,9 +147,9 @@ pub async fn run(
             if cache == "cold" {
                 drop_os_cache();
             } else {
-                time_query(&stock, &sql, limit).await?;
+                timed_rows(&stock, &sql, limit).await?;
             }
-            let (secs, result) = time_query(&stock, &sql, limit).await?;
+            let (secs, result) = timed_rows(&stock, &sql, limit).await?;
             eprintln!(
                 "N={n:<6} {cache} {:<20} {}",
                 "datafusion parquet",

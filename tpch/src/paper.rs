@@ -16,8 +16,8 @@ use datafusion::prelude::SessionContext;
 use ooode::exec::{ExecutionMode, OoodeConfig, OoodeRuntime};
 
 use crate::datagen::DataSet;
-use crate::fig4::{drop_os_cache, time_query};
-use crate::runner::{contexts, run_sql, sorted_rows};
+use crate::fig4::drop_os_cache;
+use crate::runner::{contexts, run_sql, sorted_rows, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -161,7 +161,7 @@ pub async fn run(
             for cache in CACHES {
                 match cache {
                     "hot" => {
-                        time_query(ctx, &q.sql, limit).await?;
+                        timed_rows(ctx, &q.sql, limit).await?;
                     }
                     _ => {
                         pool.clear();
@@ -169,7 +169,7 @@ pub async fn run(
                             drop_os_cache();
                         }
                         if cache == "cross" {
-                            time_query(ctx, &other.sql, limit).await?;
+                            timed_rows(ctx, &other.sql, limit).await?;
                         }
                     }
                 }
@@ -178,7 +178,7 @@ pub async fn run(
                 let sampler = sample.then(|| {
                     ooode::io::Sampler::start(engine_metrics.clone(), Duration::from_millis(10))
                 });
-                let (secs, rows) = time_rows(ctx, &q.sql, limit).await?;
+                let (secs, rows) = timed_rows(ctx, &q.sql, limit).await?;
                 if let Some(s) = sampler {
                     io_samples = s.finish();
                 }
@@ -219,20 +219,6 @@ pub async fn run(
         io_samples,
         parquet_cold_is_cold,
     })
-}
-
-async fn time_rows(
-    ctx: &SessionContext,
-    sql: &str,
-    limit: Duration,
-) -> Result<(Option<f64>, Vec<String>), BoxError> {
-    let start = std::time::Instant::now();
-    let sql = sql.to_string();
-    let ctx = ctx.clone();
-    match tokio::time::timeout(limit, async move { run_sql(&ctx, &sql).await }).await {
-        Ok(batches) => Ok((Some(start.elapsed().as_secs_f64()), sorted_rows(&batches?)?)),
-        Err(_) => Ok((None, Vec::new())),
-    }
 }
 
 /// Queries whose result differed from DataFusion's.

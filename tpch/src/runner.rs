@@ -61,6 +61,20 @@ pub async fn run_sql(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
     Ok(last)
 }
 
+/// Runs `sql` within `limit`: seconds and sorted result rows, or None (and no rows) when it ran
+/// past the limit.
+pub async fn timed_rows(
+    ctx: &SessionContext,
+    sql: &str,
+    limit: std::time::Duration,
+) -> Result<(Option<f64>, Vec<String>), BoxError> {
+    let start = Instant::now();
+    match tokio::time::timeout(limit, run_sql(ctx, sql)).await {
+        Ok(batches) => Ok((Some(start.elapsed().as_secs_f64()), sorted_rows(&batches?)?)),
+        Err(_) => Ok((None, Vec::new())),
+    }
+}
+
 /// Registers the data set's tables in a stock context and an ooode context.
 pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext), BoxError> {
     let stock = SessionContext::new();
