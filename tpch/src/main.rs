@@ -38,6 +38,15 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         limit: u64,
     },
+    /// The 22 TPC-H queries alone: ooode (`auto`, out of order) vs stock DataFusion on Parquet.
+    Tpch {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Query numbers to run (default: all 22).
+        #[arg(long, value_delimiter = ',')]
+        queries: Vec<usize>,
+    },
     /// Generate TPC-H at a scale factor; write ooode tables and Parquet files, timing both.
     Gen {
         /// Scale factor.
@@ -127,6 +136,19 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 &out,
                 std::time::Duration::from_secs(limit),
             )?;
+        }
+        Command::Tpch { sf, queries } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let queries_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries");
+            let runs = runtime.block_on(ooode_tpch::runner::run(&data, &queries_dir, &queries))?;
+            println!("{}", ooode_tpch::runner::format_runs(&runs));
+            if runs.iter().any(|r| !r.same_result) {
+                return Err("some results differ from stock DataFusion".into());
+            }
         }
         Command::Gen {
             sf,

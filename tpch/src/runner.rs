@@ -98,16 +98,25 @@ pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext)
     Ok((stock, ooode))
 }
 
-/// Runs the 22 queries found in `queries_dir` (q1.sql ... q22.sql) on both engines.
-pub async fn run(data: &DataSet, queries_dir: &Path) -> Result<Vec<QueryRun>, BoxError> {
+/// Runs the queries `numbers` (all 22 when empty) found in `queries_dir` (q1.sql ...
+/// q22.sql) on both engines.
+pub async fn run(
+    data: &DataSet,
+    queries_dir: &Path,
+    numbers: &[usize],
+) -> Result<Vec<QueryRun>, BoxError> {
     let (stock, ooode) = contexts(data).await?;
-    let bar = ProgressBar::new(22);
+    let numbers: Vec<usize> = match numbers {
+        [] => (1..=22).collect(),
+        some => some.to_vec(),
+    };
+    let bar = ProgressBar::new(numbers.len() as u64);
     bar.set_style(ProgressStyle::with_template(
         "{prefix:>9} [{bar:30}] {pos}/{len} {msg}",
     )?);
     bar.set_prefix("queries");
     let mut runs = Vec::new();
-    for n in 1..=22 {
+    for n in numbers {
         let name = format!("q{n}");
         bar.set_message(name.clone());
         let sql = std::fs::read_to_string(queries_dir.join(format!("{name}.sql")))?;
