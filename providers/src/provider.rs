@@ -71,7 +71,10 @@ impl OoodeTable {
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
             .with_schema(self.schema.clone());
-        let listing = ListingTable::try_new(config)?;
+        // The session's statistics cache, as for a registered Parquet table: without it every
+        // query re-reads the footer to compute statistics (0.8 ms of planning at SF 1).
+        let listing = ListingTable::try_new(config)?
+            .with_cache(state.runtime_env().cache_manager.get_file_statistic_cache());
         let projection = projection.to_vec();
         listing.scan(state, Some(&projection), filters, limit).await
     }

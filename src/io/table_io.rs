@@ -12,6 +12,7 @@ use super::buf::PageBuf;
 use super::metrics::IoMetrics;
 use super::pool::{BufferPool, PageHint};
 use super::{FileId, IoEngine};
+use crate::storage::btree::node::NodeRef;
 use crate::storage::page::{PageKind, verify_page};
 use crate::storage::segment::{SegmentReader, Striping};
 use crate::storage::{Result, StorageError, Table};
@@ -212,6 +213,10 @@ impl TableIo {
                 .map(move |r| {
                     let r = r.map_err(|e| page_error(e, page_no)).and_then(|page| {
                         verify_page(&page, page_no, &[kind], &path)?;
+                        if matches!(kind, PageKind::IndexLeaf | PageKind::IndexInner) {
+                            // Once per read: B+tree walks then skip the slot checks.
+                            NodeRef::parse(&page, &path, page_no)?;
+                        }
                         Ok(page)
                     });
                     for guard in guards {

@@ -56,12 +56,22 @@ pub fn machine_facts(file: &Path, page_size: usize) -> MachineFacts {
     facts
 }
 
+/// "QD1 / QD64 (ratio)" of `facts`, or why fio numbers are missing.
+pub fn fio_summary(facts: &MachineFacts) -> String {
+    match (facts.fio_iops_qd1, facts.fio_iops_qd64) {
+        (Some(q1), Some(q64)) => format!("{q1:.0} / {q64:.0} ({:.2}x)", q64 / q1.max(1.0)),
+        _ => facts.fio_note.clone().unwrap_or_else(|| "n/a".into()),
+    }
+}
+
 /// Everything one run of the main job measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunReport {
     /// Scale factor.
     pub sf: f64,
-    /// The machine.
+    /// fio right before the Fig. 4 sweep.
+    pub fio_before_fig4: MachineFacts,
+    /// The machine, with fio right after the Fig. 4 sweep.
     pub machine: MachineFacts,
     /// The 22 TPC-H queries: ooode `auto` vs stock DataFusion.
     pub tpch: Vec<QueryRun>,

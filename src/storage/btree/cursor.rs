@@ -195,8 +195,8 @@ impl RangeCursor {
         }
     }
 
-    /// The same search, fed pages whose checksums the caller verified when it read them: a
-    /// B+tree walk then costs no CRC per node visited.
+    /// The same search, fed pages the caller verified when it read them (checksum and, for
+    /// B+tree nodes, [`NodeRef::parse`]'s slot checks): a walk then costs neither per visit.
     pub fn with_verified_pages(self) -> Self {
         Self {
             verified: true,
@@ -334,12 +334,13 @@ fn open_node<'p>(
     } else {
         PageKind::IndexInner
     };
-    if verified {
+    let node = if verified {
         verify_header(page, page_no, &[kind], file)?;
+        NodeRef::parse_checked_before(page, file, page_no)?
     } else {
         verify_page(page, page_no, &[kind], file)?;
-    }
-    let node = NodeRef::parse(page, file, page_no)?;
+        NodeRef::parse(page, file, page_no)?
+    };
     if node.level() as u32 != level {
         return Err(StorageError::corrupted(
             file,

@@ -134,54 +134,76 @@ impl NodeBuilder {
     }
 }
 
-/// Read access to a verified node page; every slot is bounds-checked once in [`NodeRef::parse`].
+/// Read access to a verified node page. [`NodeRef::parse`] bounds-checks every slot;
+/// [`NodeRef::parse_checked_before`] trusts a check made when the page was read (once per
+/// read instead of once per visit). Accessors never panic either way: out-of-bounds slots of a
+/// page that was not checked read as empty keys and [`NO_PAGE`] values.
 #[derive(Debug)]
 pub struct NodeRef<'a> {
     page: &'a [u8],
-    entries: Vec<(usize, usize)>,
+    count: usize,
     level: u16,
     next_leaf: u64,
 }
 
 impl<'a> NodeRef<'a> {
-    /// Parses a node page whose header was verified; errors name `file` and `page_no`.
+    /// Parses a node page whose header was verified, checking every slot; errors name `file`
+    /// and `page_no`.
     pub fn parse(page: &'a [u8], file: &Path, page_no: u64) -> Result<Self> {
+        let node = Self::parse_header(page, file, page_no)?;
+        let bad = |why: String| StorageError::corrupted(file, Some(page_no), why);
+        let slots_end = NODE_HEADER + 2 * node.count;
+        let value_len = node.value_len();
+        for i in 0..node.count {
+            let at = read_u16(page, NODE_HEADER + 2 * i).unwrap_or(0) as usize;
+            match read_u16(page, at).map(|l| l as usize) {
+                Some(len) if at >= slots_end && at + 2 + len + value_len <= page.len() => {}
+                _ => return Err(bad(format!("entry {i} at offset {at} is out of bounds"))),
+            }
+        }
+        Ok(node)
+    }
+
+    /// Parses the node header only, for a page [`NodeRef::parse`] accepted when it was read.
+    pub fn parse_checked_before(page: &'a [u8], file: &Path, page_no: u64) -> Result<Self> {
+        Self::parse_header(page, file, page_no)
+    }
+
+    fn parse_header(page: &'a [u8], file: &Path, page_no: u64) -> Result<Self> {
         let bad = |why: String| StorageError::corrupted(file, Some(page_no), why);
         let count = read_u16(page, HEADER_LEN).ok_or_else(|| bad("no entry count".into()))?;
         let level = read_u16(page, HEADER_LEN + 2).ok_or_else(|| bad("no level".into()))?;
         let next_leaf = read_u64(page, HEADER_LEN + 4).ok_or_else(|| bad("no next".into()))?;
-        let value_len = if level == 0 { 8 } else { 16 };
-        let slots_end = NODE_HEADER + 2 * count as usize;
-        if slots_end > page.len() {
+        if NODE_HEADER + 2 * count as usize > page.len() {
             return Err(bad(format!("{count} entries overflow the page")));
-        }
-        let mut entries = Vec::with_capacity(count as usize);
-        for i in 0..count as usize {
-            let at = read_u16(page, NODE_HEADER + 2 * i).unwrap_or(0) as usize;
-            let key_len = read_u16(page, at).map(|l| l as usize);
-            match key_len {
-                Some(len) if at >= slots_end && at + 2 + len + value_len <= page.len() => {
-                    entries.push((at + 2, len))
-                }
-                _ => return Err(bad(format!("entry {i} at offset {at} is out of bounds"))),
-            }
         }
         Ok(Self {
             page,
-            entries,
+            count: count as usize,
             level,
             next_leaf,
         })
     }
 
+    fn value_len(&self) -> usize {
+        if self.level == 0 { 8 } else { 16 }
+    }
+
+    /// (key offset, key length) of entry `i`.
+    fn entry(&self, i: usize) -> (usize, usize) {
+        let at = read_u16(self.page, NODE_HEADER + 2 * i).unwrap_or(0) as usize;
+        let len = read_u16(self.page, at).unwrap_or(0) as usize;
+        (at + 2, len)
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.count
     }
 
     /// True when the node has no entries.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.count == 0
     }
 
     /// Level (0 = leaf).
@@ -196,19 +218,19 @@ impl<'a> NodeRef<'a> {
 
     /// Key of entry `i` (`i < len()`).
     pub fn key(&self, i: usize) -> &'a [u8] {
-        let (at, len) = self.entries[i];
-        &self.page[at..at + len]
+        let (at, len) = self.entry(i);
+        self.page.get(at..at + len).unwrap_or(&[])
     }
 
     /// Row id (leaf) or child page (inner) of entry `i`.
     pub fn value(&self, i: usize) -> u64 {
-        let (at, len) = self.entries[i];
+        let (at, len) = self.entry(i);
         read_u64(self.page, at + len).unwrap_or(NO_PAGE)
     }
 
     /// Entries under the child of inner entry `i`.
     pub fn child_entries(&self, i: usize) -> u64 {
-        let (at, len) = self.entries[i];
+        let (at, len) = self.entry(i);
         read_u64(self.page, at + len + 8).unwrap_or(0)
     }
 
@@ -225,5 +247,55 @@ impl<'a> NodeRef<'a> {
             }
         }
         lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(keys: &[&[u8]]) -> Vec<u8> {
+        let mut b = NodeBuilder::new(512, 0);
+        for (i, k) in keys.iter().enumerate() {
+            assert!(b.try_add(k, i as u64, 0));
+        }
+        b.finish(NO_PAGE).0
+    }
+
+    #[test]
+    fn reads_back_entries_both_ways() {
+        let page = leaf(&[b"a", b"bb", b"ccc"]);
+        let path = Path::new("t");
+        for node in [
+            NodeRef::parse(&page, path, 1).unwrap(),
+            NodeRef::parse_checked_before(&page, path, 1).unwrap(),
+        ] {
+            assert_eq!(node.len(), 3);
+            assert_eq!(node.key(1), b"bb");
+            assert_eq!(node.value(2), 2);
+            assert_eq!(node.partition_point(|k| k < b"bb".as_slice()), 1);
+        }
+    }
+
+    #[test]
+    fn slot_out_of_bounds_is_an_error_or_reads_empty() {
+        let mut page = leaf(&[b"a", b"bb"]);
+        // Slot 1 points past the end of the page.
+        let slot = NODE_HEADER + 2;
+        page[slot..slot + 2].copy_from_slice(&600u16.to_le_bytes());
+        let path = Path::new("t");
+        let err = NodeRef::parse(&page, path, 7).unwrap_err().to_string();
+        assert!(
+            err.contains("entry 1 at offset 600 is out of bounds"),
+            "{err}"
+        );
+        // Unchecked access never panics: the bad entry reads as an empty key and no page.
+        let node = NodeRef::parse_checked_before(&page, path, 7).unwrap();
+        assert_eq!(node.key(0), b"a");
+        assert_eq!(node.key(1), b"");
+        assert_eq!(node.value(1), NO_PAGE);
+        // A count larger than the page can hold fails either way.
+        page[HEADER_LEN..HEADER_LEN + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(NodeRef::parse_checked_before(&page, path, 7).is_err());
     }
 }
