@@ -7,7 +7,7 @@ use std::time::Duration;
 use ooode::exec::{OoodeConfig, OoodeRuntime};
 
 use crate::datagen::DataSet;
-use crate::runner::{contexts, timed_rows};
+use crate::runner::{cold_rows, contexts, hot_rows, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -59,7 +59,9 @@ pub struct Fig4Report {
 ///
 /// `only`: when not empty, run just the engines whose name contains one of these strings
 /// (for profiling one engine). Hot runs first run the same query once, untimed, on the same
-/// engine, so that "hot" means the pages this query needs are cached.
+/// engine, so that "hot" means the pages this query needs are cached; then the median of
+/// [`crate::runner::HOT_RUNS`] runs. Cold runs under a second are repeated as well (caches
+/// emptied before each) and the median kept.
 pub async fn run(
     data: &DataSet,
     ns: &[u64],
@@ -116,17 +118,19 @@ pub async fn run(
                 for s in settings {
                     ooode.sql(s).await?.collect().await?;
                 }
-                if cache == "cold" {
-                    pool.clear();
-                } else {
-                    timed_rows(&ooode, &sql, limit).await?;
-                }
                 let before = ooode_reads(&pool);
                 let sample = n == largest && cache == "cold" && name == "ooode out_of_order";
                 let sampler = sample.then(|| {
                     ooode::io::Sampler::start(engine_metrics.clone(), Duration::from_millis(10))
                 });
-                let (secs, result) = timed_rows(&ooode, &sql, limit).await?;
+                // The sampled run is one run: its I/O over time is drawn.
+                let (secs, result, runs) = if cache == "cold" {
+                    let c = cold_rows(&ooode, &sql, limit, &|| pool.clear(), !sample).await?;
+                    (c.secs, c.rows, c.runs)
+                } else {
+                    let (secs, rows) = hot_rows(&ooode, &sql, limit).await?;
+                    (secs, rows, 1 + crate::runner::HOT_RUNS)
+                };
                 if let Some(s) = sampler {
                     io_samples = s.finish();
                 }
@@ -137,19 +141,19 @@ pub async fn run(
                     engine: name.into(),
                     cache: cache.into(),
                     secs,
-                    pages_read: Some(ooode_reads(&pool) - before),
+                    pages_read: Some((ooode_reads(&pool) - before) / runs as u64),
                     result,
                 });
             }
             if !wanted("datafusion parquet") {
                 continue;
             }
-            if cache == "cold" {
-                drop_os_cache();
+            let (secs, result) = if cache == "cold" {
+                let c = cold_rows(&stock, &sql, limit, &|| drop_cache_quietly(), true).await?;
+                (c.secs, c.rows)
             } else {
-                timed_rows(&stock, &sql, limit).await?;
-            }
-            let (secs, result) = timed_rows(&stock, &sql, limit).await?;
+                hot_rows(&stock, &sql, limit).await?
+            };
             eprintln!(
                 "N={n:<6} {cache} {:<20} {}",
                 "datafusion parquet",
@@ -167,6 +171,11 @@ pub async fn run(
         }
     }
     Ok(Fig4Report { points, io_samples })
+}
+
+fn drop_cache_quietly() {
+    // Whether it worked was reported once, before the sweep.
+    let _ = drop_os_cache();
 }
 
 fn ooode_reads(pool: &ooode::io::BufferPool) -> u64 {

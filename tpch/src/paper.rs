@@ -4,8 +4,9 @@
 //!
 //! Cache states, after the PostgreSQL SSD study the project follows:
 //! - cold: ooode's buffer pool emptied (reads are O_DIRECT); the OS page cache dropped before
-//!   the Parquet run (root only, otherwise said so);
-//! - hot: the same query ran just before, on the same engine;
+//!   the Parquet run (root only, otherwise said so); runs under a second are made three
+//!   times, caches emptied before each, and the median kept;
+//! - hot: the same query ran just before, on the same engine; the median of three runs;
 //! - cross: caches emptied as for cold, then a different query (the next one in the list) ran
 //!   on the same engine, warming the pages the two share (upper B+tree levels, small tables).
 
@@ -17,7 +18,7 @@ use ooode::exec::{ExecutionMode, OoodeConfig, OoodeRuntime};
 
 use crate::datagen::DataSet;
 use crate::fig4::drop_os_cache;
-use crate::runner::{contexts, run_sql, sorted_rows, timed_rows};
+use crate::runner::{HOT_RUNS, cold_rows, contexts, hot_rows, run_sql, sorted_rows, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -158,31 +159,41 @@ pub async fn run(
                 run_sql(ctx, &format!("SET ooode.execution_mode = '{mode}'")).await?;
                 run_sql(ctx, "SET ooode.index_join = 'always'").await?;
             }
+            let empty_caches = || {
+                pool.clear();
+                if parquet {
+                    drop_os_cache();
+                }
+            };
             for cache in CACHES {
-                match cache {
-                    "hot" => {
-                        timed_rows(ctx, &q.sql, limit).await?;
-                    }
-                    _ => {
-                        pool.clear();
-                        if parquet {
-                            drop_os_cache();
-                        }
-                        if cache == "cross" {
-                            timed_rows(ctx, &other.sql, limit).await?;
-                        }
-                    }
+                if cache == "cross" {
+                    empty_caches();
+                    timed_rows(ctx, &other.sql, limit).await?;
                 }
                 let before = pool.stats().misses;
                 let sample = q.name == "q3p" && cache == "cold" && engine == "ooode out_of_order";
                 let sampler = sample.then(|| {
                     ooode::io::Sampler::start(engine_metrics.clone(), Duration::from_millis(10))
                 });
-                let (secs, rows) = timed_rows(ctx, &q.sql, limit).await?;
+                // Pages are counted per run: cold may repeat, hot warms up first.
+                let (secs, rows, runs) = match cache {
+                    "hot" => {
+                        let (secs, rows) = hot_rows(ctx, &q.sql, limit).await?;
+                        (secs, rows, 1 + HOT_RUNS)
+                    }
+                    "cold" => {
+                        let c = cold_rows(ctx, &q.sql, limit, &empty_caches, !sample).await?;
+                        (c.secs, c.rows, c.runs)
+                    }
+                    _ => {
+                        let (secs, rows) = timed_rows(ctx, &q.sql, limit).await?;
+                        (secs, rows, 1)
+                    }
+                };
                 if let Some(s) = sampler {
                     io_samples = s.finish();
                 }
-                let pages = (!parquet).then(|| pool.stats().misses - before);
+                let pages = (!parquet).then(|| (pool.stats().misses - before) / runs as u64);
                 eprintln!(
                     "{:<5} {cache:<5} {engine:<20} {}",
                     q.label(),

@@ -75,6 +75,86 @@ pub async fn timed_rows(
     }
 }
 
+/// Hot runs measured per point: a single run of a few milliseconds swings 2x on a shared VM.
+pub const HOT_RUNS: usize = 3;
+
+/// Runs `sql` once to warm the caches, then [`HOT_RUNS`] times: the median seconds and the
+/// sorted rows of the last run, or None when a run went past `limit`.
+pub async fn hot_rows(
+    ctx: &SessionContext,
+    sql: &str,
+    limit: std::time::Duration,
+) -> Result<(Option<f64>, Vec<String>), BoxError> {
+    if timed_rows(ctx, sql, limit).await?.0.is_none() {
+        return Ok((None, Vec::new()));
+    }
+    let mut times = Vec::with_capacity(HOT_RUNS);
+    let mut rows = Vec::new();
+    for _ in 0..HOT_RUNS {
+        let (secs, r) = timed_rows(ctx, sql, limit).await?;
+        let Some(secs) = secs else {
+            return Ok((None, Vec::new()));
+        };
+        times.push(secs);
+        rows = r;
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((Some(times[times.len() / 2]), rows))
+}
+
+/// What [`cold_rows`] measured.
+pub struct ColdRun {
+    /// Median seconds, None when a run went past the limit.
+    pub secs: Option<f64>,
+    /// Sorted result rows of the first run.
+    pub rows: Vec<String>,
+    /// Runs made (1 or [`HOT_RUNS`]).
+    pub runs: usize,
+}
+
+/// Runs `sql` cold: `empty_caches`, then one run. When `repeat` and that run took under a
+/// second (a single run of a few milliseconds is mostly noise), two more such pairs: the
+/// median.
+pub async fn cold_rows(
+    ctx: &SessionContext,
+    sql: &str,
+    limit: std::time::Duration,
+    empty_caches: &dyn Fn(),
+    repeat: bool,
+) -> Result<ColdRun, BoxError> {
+    empty_caches();
+    let (first, rows) = timed_rows(ctx, sql, limit).await?;
+    match first {
+        Some(secs) if repeat && secs < 1.0 => {
+            let mut times = vec![secs];
+            for _ in 1..HOT_RUNS {
+                empty_caches();
+                match timed_rows(ctx, sql, limit).await?.0 {
+                    Some(t) => times.push(t),
+                    None => {
+                        return Ok(ColdRun {
+                            secs: None,
+                            rows: Vec::new(),
+                            runs: times.len() + 1,
+                        });
+                    }
+                }
+            }
+            times.sort_by(f64::total_cmp);
+            Ok(ColdRun {
+                secs: Some(times[times.len() / 2]),
+                rows,
+                runs: HOT_RUNS,
+            })
+        }
+        _ => Ok(ColdRun {
+            secs: first,
+            rows,
+            runs: 1,
+        }),
+    }
+}
+
 /// Registers the data set's tables in a stock context and an ooode context.
 pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext), BoxError> {
     let stock = SessionContext::new();
