@@ -25,7 +25,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
     eprintln!("== 22 TPC-H queries: ooode (auto) vs stock DataFusion");
     let tpch = runtime.block_on(crate::runner::run(data, &queries, &[]))?;
     println!(
-        "TPC-H SF {sf}, 22 queries; ooode out of order with ooode.index_join = auto; caches as they\ncome (buffer pool and OS page cache warm up over the run):\n{}",
+        "TPC-H SF {sf}, 22 queries; ooode out of order with ooode.index_join = auto; hot (each query\nran once before, then the median of 3 runs):\n{}",
         crate::runner::format_runs(&tpch)
     );
 

@@ -19,9 +19,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct QueryRun {
     /// Query name (q1 ... q22).
     pub query: String,
-    /// Seconds on stock DataFusion over Parquet.
+    /// Seconds on stock DataFusion over Parquet, hot (median of [`HOT_RUNS`] after a warm-up).
     pub parquet_secs: f64,
-    /// Seconds on ooode (`ooode.index_join = auto`, out of order).
+    /// Seconds on ooode (`ooode.index_join = auto`, out of order), measured the same way.
     pub ooode_secs: f64,
     /// Whether ooode planned index nodes.
     pub index_plan: bool,
@@ -178,6 +178,9 @@ pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext)
     Ok((stock, ooode))
 }
 
+/// Time limit of one run of a TPC-H query.
+const QUERY_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Runs the queries `numbers` (all 22 when empty) found in `queries_dir` (q1.sql ...
 /// q22.sql) on both engines.
 pub async fn run(
@@ -200,12 +203,11 @@ pub async fn run(
         let name = format!("q{n}");
         bar.set_message(name.clone());
         let sql = std::fs::read_to_string(queries_dir.join(format!("{name}.sql")))?;
-        let start = Instant::now();
-        let want = sorted_rows(&run_sql(&stock, &sql).await?)?;
-        let parquet_secs = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let got = sorted_rows(&run_sql(&ooode, &sql).await?)?;
-        let ooode_secs = start.elapsed().as_secs_f64();
+        let (parquet_secs, want) = hot_rows(&stock, &sql, QUERY_LIMIT).await?;
+        let (ooode_secs, got) = hot_rows(&ooode, &sql, QUERY_LIMIT).await?;
+        let (Some(parquet_secs), Some(ooode_secs)) = (parquet_secs, ooode_secs) else {
+            return Err(format!("{name} ran past {QUERY_LIMIT:?}").into());
+        };
         let last = sql
             .split(';')
             .map(str::trim)
