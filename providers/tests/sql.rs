@@ -141,3 +141,56 @@ async fn copy_create_query_and_errors() {
     let n = sql(&ctx, "SELECT count(*) FROM t").await.unwrap();
     assert!(n.contains("| 10 "), "{n}");
 }
+
+/// The scan's statistics are what DataFusion sees for the Parquet copy (exact rows, column
+/// min/max) plus the distinct counts the indexes counted at load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_statistics_for_join_planning() {
+    use datafusion::common::ScalarValue;
+    use datafusion::common::stats::Precision;
+    use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t");
+    let ctx = ooode_providers::ooode_context(SessionConfig::new());
+    sql(&ctx, "CREATE TABLE src AS SELECT value AS id, value % 7 AS grp, value * 2 AS twice FROM generate_series(1, 3000)").await.unwrap();
+    let copy = format!(
+        "COPY (SELECT * FROM src) TO '{}' STORED AS OOODE OPTIONS ('ooode.clustering_key' 'id', \
+         'ooode.indexes' 'grp')",
+        t.display()
+    );
+    sql(&ctx, &copy).await.unwrap();
+    let create = format!(
+        "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+        t.display()
+    );
+    sql(&ctx, &create).await.unwrap();
+
+    let plan = ctx
+        .sql("SELECT id, grp, twice FROM t")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let stats = StatisticsContext::new()
+        .compute(plan.as_ref(), &StatisticsArgs::new())
+        .unwrap();
+    assert_eq!(stats.num_rows, Precision::Exact(3000));
+    let [id, grp, twice] = &stats.column_statistics[..] else {
+        panic!("three columns expected: {stats:?}");
+    };
+    assert_eq!(id.min_value, Precision::Exact(ScalarValue::Int64(Some(1))));
+    assert_eq!(
+        id.max_value,
+        Precision::Exact(ScalarValue::Int64(Some(3000)))
+    );
+    assert_eq!(
+        twice.max_value,
+        Precision::Exact(ScalarValue::Int64(Some(6000)))
+    );
+    // Clustering key: 3000 distinct; index on grp: 7.
+    assert_eq!(id.distinct_count, Precision::Inexact(3000));
+    assert_eq!(grp.distinct_count, Precision::Inexact(7));
+    assert_eq!(twice.distinct_count, Precision::Absent);
+}

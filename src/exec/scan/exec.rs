@@ -78,6 +78,26 @@ impl OoodeScanExec {
         })
     }
 
+    /// Distinct counts the indexes know (the first column of each index, counted at load)
+    /// for the projected columns that have none; Parquet footers carry none.
+    fn add_index_distinct_counts(&self, stats: &mut Statistics) {
+        let table = self.table.table();
+        for idx in table.indexes() {
+            let Ok(col) = table.schema().index_of(&idx.meta.columns[0]) else {
+                continue;
+            };
+            let Some(pos) = self.projection.iter().position(|&c| c == col) else {
+                continue;
+            };
+            if let Some(cs) = stats.column_statistics.get_mut(pos)
+                && idx.meta.distinct_first > 0
+                && cs.distinct_count == Precision::Absent
+            {
+                cs.distinct_count = Precision::Inexact(idx.meta.distinct_first as usize);
+            }
+        }
+    }
+
     /// The same scan reading through `columnar`, a scan of the table's Parquet copy producing
     /// the same columns (index plans that replace this node still read the heap).
     pub fn with_columnar(self, columnar: Arc<dyn ExecutionPlan>) -> Self {
@@ -280,15 +300,22 @@ impl ExecutionPlan for OoodeScanExec {
         // Reading through the Parquet copy, DataFusion sees what it sees for a stock Parquet
         // scan (row count, sizes, column min/max/nulls from the footer), so where no index
         // plan is chosen it plans the same joins as over Parquet.
-        if let Some(child) = input_stats.first() {
-            return Ok(child.clone());
-        }
-        let rows = self.table.table().manifest().row_count as usize;
-        let mut stats = Statistics::new_unknown(&self.schema);
-        stats.num_rows = match args.partition() {
-            None => Precision::Exact(rows),
-            Some(_) => Precision::Inexact(rows / self.properties.partitioning.partition_count()),
+        let mut stats = match input_stats.first() {
+            Some(child) => child.as_ref().clone(),
+            None => {
+                let rows = self.table.table().manifest().row_count as usize;
+                let parts = self.properties.partitioning.partition_count();
+                let mut stats = Statistics::new_unknown(&self.schema);
+                stats.num_rows = match args.partition() {
+                    None => Precision::Exact(rows),
+                    Some(_) => Precision::Inexact(rows / parts),
+                };
+                stats
+            }
         };
+        if args.partition().is_none() {
+            self.add_index_distinct_counts(&mut stats);
+        }
         Ok(Arc::new(stats))
     }
 }
