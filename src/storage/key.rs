@@ -63,16 +63,38 @@ impl KeyEncoder {
         let rows = columns.first().map_or(0, |c| c.len());
         let mut keys = vec![Vec::with_capacity(16 * columns.len()); rows];
         for col in columns {
-            append_column(col.as_ref(), &mut keys);
+            append_column(col.as_ref(), 0, &mut keys);
         }
         Ok(keys)
     }
 
     /// Encodes the single row `row` of `columns`.
     pub fn encode_row(&self, columns: &[ArrayRef], row: usize) -> Result<Vec<u8>> {
+        let mut key = Vec::new();
+        self.encode_row_into(columns, row, &mut key)?;
+        Ok(key)
+    }
+
+    /// Encodes the single row `row` of `columns` into `key` (cleared first): no allocation
+    /// once `key` has grown to the key's size.
+    pub fn encode_row_into(
+        &self,
+        columns: &[ArrayRef],
+        row: usize,
+        key: &mut Vec<u8>,
+    ) -> Result<()> {
         self.check_columns(columns)?;
-        let sliced: Vec<ArrayRef> = columns.iter().map(|c| c.slice(row, 1)).collect();
-        Ok(self.encode_rows(&sliced)?.pop().unwrap_or_default())
+        if let Some(c) = columns.iter().find(|c| row >= c.len()) {
+            return Err(StorageError::InvalidArgument(format!(
+                "row {row} of a key column of {} rows",
+                c.len()
+            )));
+        }
+        key.clear();
+        for col in columns {
+            append_column(col.as_ref(), row, std::slice::from_mut(key));
+        }
+        Ok(())
     }
 
     fn check_columns(&self, columns: &[ArrayRef]) -> Result<()> {
@@ -204,13 +226,13 @@ fn put_escaped(bytes: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&[0, 0]);
 }
 
-fn append_primitive<T>(array: &dyn Array, keys: &mut [Vec<u8>])
+fn append_primitive<T>(array: &dyn Array, first: usize, keys: &mut [Vec<u8>])
 where
     T: ArrowPrimitiveType,
     T::Native: KeyBytes,
 {
     let a = array.as_primitive::<T>();
-    for (i, key) in keys.iter_mut().enumerate() {
+    for (key, i) in keys.iter_mut().zip(first..) {
         if a.is_null(i) {
             key.push(0);
         } else {
@@ -222,11 +244,12 @@ where
 
 fn append_bytes<'a>(
     array: &dyn Array,
+    first: usize,
     keys: &mut [Vec<u8>],
     value: impl Fn(usize) -> &'a [u8],
     escape: bool,
 ) {
-    for (i, key) in keys.iter_mut().enumerate() {
+    for (key, i) in keys.iter_mut().zip(first..) {
         if array.is_null(i) {
             key.push(0);
         } else {
@@ -240,12 +263,13 @@ fn append_bytes<'a>(
     }
 }
 
-fn append_column(array: &dyn Array, keys: &mut [Vec<u8>]) {
+/// Appends the encodings of rows `first..first + keys.len()` of `array` to `keys`.
+fn append_column(array: &dyn Array, first: usize, keys: &mut [Vec<u8>]) {
     use DataType::*;
     match array.data_type() {
         Boolean => {
             let a = array.as_boolean();
-            for (i, key) in keys.iter_mut().enumerate() {
+            for (key, i) in keys.iter_mut().zip(first..) {
                 if a.is_null(i) {
                     key.push(0);
                 } else {
@@ -253,64 +277,74 @@ fn append_column(array: &dyn Array, keys: &mut [Vec<u8>]) {
                 }
             }
         }
-        Int8 => append_primitive::<Int8Type>(array, keys),
-        Int16 => append_primitive::<Int16Type>(array, keys),
-        Int32 => append_primitive::<Int32Type>(array, keys),
-        Int64 => append_primitive::<Int64Type>(array, keys),
-        UInt8 => append_primitive::<UInt8Type>(array, keys),
-        UInt16 => append_primitive::<UInt16Type>(array, keys),
-        UInt32 => append_primitive::<UInt32Type>(array, keys),
-        UInt64 => append_primitive::<UInt64Type>(array, keys),
-        Float32 => append_primitive::<Float32Type>(array, keys),
-        Float64 => append_primitive::<Float64Type>(array, keys),
-        Date32 => append_primitive::<Date32Type>(array, keys),
-        Date64 => append_primitive::<Date64Type>(array, keys),
-        Time32(TimeUnit::Second) => append_primitive::<Time32SecondType>(array, keys),
-        Time32(_) => append_primitive::<Time32MillisecondType>(array, keys),
-        Time64(TimeUnit::Microsecond) => append_primitive::<Time64MicrosecondType>(array, keys),
-        Time64(_) => append_primitive::<Time64NanosecondType>(array, keys),
-        Timestamp(TimeUnit::Second, _) => append_primitive::<TimestampSecondType>(array, keys),
+        Int8 => append_primitive::<Int8Type>(array, first, keys),
+        Int16 => append_primitive::<Int16Type>(array, first, keys),
+        Int32 => append_primitive::<Int32Type>(array, first, keys),
+        Int64 => append_primitive::<Int64Type>(array, first, keys),
+        UInt8 => append_primitive::<UInt8Type>(array, first, keys),
+        UInt16 => append_primitive::<UInt16Type>(array, first, keys),
+        UInt32 => append_primitive::<UInt32Type>(array, first, keys),
+        UInt64 => append_primitive::<UInt64Type>(array, first, keys),
+        Float32 => append_primitive::<Float32Type>(array, first, keys),
+        Float64 => append_primitive::<Float64Type>(array, first, keys),
+        Date32 => append_primitive::<Date32Type>(array, first, keys),
+        Date64 => append_primitive::<Date64Type>(array, first, keys),
+        Time32(TimeUnit::Second) => append_primitive::<Time32SecondType>(array, first, keys),
+        Time32(_) => append_primitive::<Time32MillisecondType>(array, first, keys),
+        Time64(TimeUnit::Microsecond) => {
+            append_primitive::<Time64MicrosecondType>(array, first, keys)
+        }
+        Time64(_) => append_primitive::<Time64NanosecondType>(array, first, keys),
+        Timestamp(TimeUnit::Second, _) => {
+            append_primitive::<TimestampSecondType>(array, first, keys)
+        }
         Timestamp(TimeUnit::Millisecond, _) => {
-            append_primitive::<TimestampMillisecondType>(array, keys)
+            append_primitive::<TimestampMillisecondType>(array, first, keys)
         }
         Timestamp(TimeUnit::Microsecond, _) => {
-            append_primitive::<TimestampMicrosecondType>(array, keys)
+            append_primitive::<TimestampMicrosecondType>(array, first, keys)
         }
         Timestamp(TimeUnit::Nanosecond, _) => {
-            append_primitive::<TimestampNanosecondType>(array, keys)
+            append_primitive::<TimestampNanosecondType>(array, first, keys)
         }
-        Duration(TimeUnit::Second) => append_primitive::<DurationSecondType>(array, keys),
-        Duration(TimeUnit::Millisecond) => append_primitive::<DurationMillisecondType>(array, keys),
-        Duration(TimeUnit::Microsecond) => append_primitive::<DurationMicrosecondType>(array, keys),
-        Duration(TimeUnit::Nanosecond) => append_primitive::<DurationNanosecondType>(array, keys),
-        Decimal128(_, _) => append_primitive::<Decimal128Type>(array, keys),
+        Duration(TimeUnit::Second) => append_primitive::<DurationSecondType>(array, first, keys),
+        Duration(TimeUnit::Millisecond) => {
+            append_primitive::<DurationMillisecondType>(array, first, keys)
+        }
+        Duration(TimeUnit::Microsecond) => {
+            append_primitive::<DurationMicrosecondType>(array, first, keys)
+        }
+        Duration(TimeUnit::Nanosecond) => {
+            append_primitive::<DurationNanosecondType>(array, first, keys)
+        }
+        Decimal128(_, _) => append_primitive::<Decimal128Type>(array, first, keys),
         Utf8 => {
             let a = array.as_string::<i32>();
-            append_bytes(array, keys, |i| a.value(i).as_bytes(), true)
+            append_bytes(array, first, keys, |i| a.value(i).as_bytes(), true)
         }
         LargeUtf8 => {
             let a = array.as_string::<i64>();
-            append_bytes(array, keys, |i| a.value(i).as_bytes(), true)
+            append_bytes(array, first, keys, |i| a.value(i).as_bytes(), true)
         }
         Utf8View => {
             let a = array.as_string_view();
-            append_bytes(array, keys, |i| a.value(i).as_bytes(), true)
+            append_bytes(array, first, keys, |i| a.value(i).as_bytes(), true)
         }
         Binary => {
             let a = array.as_binary::<i32>();
-            append_bytes(array, keys, |i| a.value(i), true)
+            append_bytes(array, first, keys, |i| a.value(i), true)
         }
         LargeBinary => {
             let a = array.as_binary::<i64>();
-            append_bytes(array, keys, |i| a.value(i), true)
+            append_bytes(array, first, keys, |i| a.value(i), true)
         }
         BinaryView => {
             let a = array.as_binary_view();
-            append_bytes(array, keys, |i| a.value(i), true)
+            append_bytes(array, first, keys, |i| a.value(i), true)
         }
         FixedSizeBinary(_) => {
             let a = array.as_fixed_size_binary();
-            append_bytes(array, keys, |i| a.value(i), false)
+            append_bytes(array, first, keys, |i| a.value(i), false)
         }
         // KeyEncoder::new rejects every other type before an array can reach here.
         other => unreachable!("key encoding of {other} was not rejected by KeyEncoder::new"),
@@ -394,6 +428,36 @@ mod tests {
         assert!(keys[..3].iter().all(|k| k.as_slice() < succ.as_slice()));
         assert!(keys[3].as_slice() > succ.as_slice());
         assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
+    }
+
+    #[test]
+    fn one_row_encodes_as_in_a_batch() {
+        let fields: Vec<FieldRef> = vec![
+            Arc::new(Field::new("a", DataType::Int64, true)),
+            Arc::new(Field::new("b", DataType::Utf8, true)),
+            Arc::new(Field::new("c", DataType::Boolean, true)),
+        ];
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![Some(-3), None, Some(7)])),
+            Arc::new(StringArray::from(vec![Some("x\0y"), Some(""), None])),
+            Arc::new(BooleanArray::from(vec![Some(true), Some(false), None])),
+        ];
+        let e = KeyEncoder::new(&fields).unwrap();
+        let all = e.encode_rows(&cols).unwrap();
+        let mut key = vec![9; 40];
+        for (row, want) in all.iter().enumerate() {
+            e.encode_row_into(&cols, row, &mut key).unwrap();
+            assert_eq!(&key, want, "row {row}");
+            assert_eq!(&e.encode_row(&cols, row).unwrap(), want);
+        }
+        // A key prefix (first column only) is a byte prefix.
+        e.encode_row_into(&cols[..1], 2, &mut key).unwrap();
+        assert!(all[2].starts_with(&key));
+        let err = e
+            .encode_row_into(&cols, 3, &mut key)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("row 3"), "{err}");
     }
 
     #[test]

@@ -119,9 +119,11 @@ fn key_run(
 ) -> Result<std::ops::Range<usize>> {
     use std::cmp::Ordering;
     let rows = key_cols.first().map_or(0, |c| c.len());
+    let key = std::cell::RefCell::new(Vec::with_capacity(prefix.len()));
     let order = |row: usize| -> Result<Ordering> {
-        let key = encoder
-            .encode_row(key_cols, row)
+        let mut key = key.borrow_mut();
+        encoder
+            .encode_row_into(key_cols, row, &mut key)
             .map_err(crate::exec::context::to_df)?;
         let common = key.len().min(prefix.len());
         Ok(match key[..common].cmp(&prefix[..common]) {
