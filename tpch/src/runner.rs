@@ -78,6 +78,12 @@ pub async fn timed_rows(
 /// Hot runs measured per point: a single run of a few milliseconds swings 2x on a shared VM.
 pub const HOT_RUNS: usize = 3;
 
+/// The middle value of `times` (not empty).
+fn median(mut times: Vec<f64>) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 /// Runs `sql` once to warm the caches, then [`HOT_RUNS`] times: the median seconds and the
 /// sorted rows of the last run, or None when a run went past `limit`.
 pub async fn hot_rows(
@@ -98,8 +104,7 @@ pub async fn hot_rows(
         times.push(secs);
         rows = r;
     }
-    times.sort_by(f64::total_cmp);
-    Ok((Some(times[times.len() / 2]), rows))
+    Ok((Some(median(times)), rows))
 }
 
 /// What [`cold_rows`] measured.
@@ -140,9 +145,8 @@ pub async fn cold_rows(
                     }
                 }
             }
-            times.sort_by(f64::total_cmp);
             Ok(ColdRun {
-                secs: Some(times[times.len() / 2]),
+                secs: Some(median(times)),
                 rows,
                 runs: HOT_RUNS,
             })
