@@ -281,6 +281,43 @@ async fn table_io_verifies_pages_and_names_damage() {
     );
 }
 
+/// Inner B+tree nodes stay with the table when the pool is emptied (leaves and data pages do
+/// not); a damaged inner node is an error and is not kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inner_nodes_outlive_an_emptied_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let idx = &table.indexes()[1];
+    let (root, leaves) = (idx.meta.tree.root, idx.meta.tree.leaf_pages);
+    assert!(
+        root >= leaves,
+        "the index needs an inner root for this test"
+    );
+    let inner: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
+    let faulty = Arc::new(FaultyEngine::new(inner));
+    let file = idx.segment.striping().file(&idx.meta.segment, 0);
+    faulty.inject(&file, root * PAGE as u64, Fault::Corrupt(100));
+    let pool = BufferPool::new(1 << 20);
+    let io = TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap();
+    let m = IoMetrics::new();
+    let metrics = std::slice::from_ref(&m);
+    let e = io.index_page(1, root, metrics).await.unwrap_err();
+    assert!(matches!(e, StorageError::Corrupted { .. }), "{e}");
+    faulty.clear();
+    let reads = |m: &IoMetrics| m.snapshot().reads;
+    for round in 0..2 {
+        pool.clear();
+        let before = reads(&m);
+        io.index_page(1, root, metrics).await.unwrap();
+        io.index_page(1, 0, metrics).await.unwrap();
+        // Round 0 reads the root (its damaged copy was not kept) and a leaf; round 1 the leaf.
+        assert_eq!(reads(&m) - before, 2 - round, "round {round}");
+    }
+    assert!(io.cached_index_page(1, root, metrics).is_some());
+    pool.clear();
+    assert!(io.cached_index_page(1, 0, metrics).is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_single_flight_and_budget() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,10 +3,18 @@
 //! Maps (segment, page number) to (file, offset) with the table's striping, reads through the
 //! [`BufferPool`] (so concurrent requests share one read and cached pages cost nothing), and
 //! checks each page's header and checksum once, when it arrives: cached pages are verified.
+//!
+//! Inner (non-leaf) B+tree nodes are kept with the table once read, outside the buffer pool:
+//! they are a fraction of a percent of an index, every lookup walks them, and emptying the
+//! pool does not drop them. This is ooode's counterpart of the Parquet footers and page indexes
+//! that DataFusion keeps in its metadata cache: a "cold" query reads leaves and data pages from
+//! disk, not the top of every tree again.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use parking_lot::Mutex;
 
 use super::buf::PageBuf;
 use super::metrics::IoMetrics;
@@ -25,7 +33,13 @@ struct SegmentFiles {
     striping: Striping,
     pages: u64,
     leaf_pages: u64,
+    /// Inner nodes read so far (index segments whose inner nodes fit [`PINNED_INNER_BYTES`]).
+    pinned: Option<Mutex<HashMap<u64, PageBuf>>>,
 }
+
+/// Most bytes of inner nodes one index keeps pinned; a larger index leaves them to the pool.
+/// 64 MiB of 8 KiB inner nodes route ~8 K x fan-out (hundreds) leaves: billions of rows.
+const PINNED_INNER_BYTES: u64 = 64 << 20;
 
 impl SegmentFiles {
     fn open(
@@ -42,12 +56,16 @@ impl SegmentFiles {
         let pool_keys = (0..striping.dirs.len())
             .map(|i| pool.file_key(&striping.file(name, i)))
             .collect::<Result<Vec<_>>>()?;
+        let pages = segment.pages();
+        let inner_bytes = (pages - leaf_pages.min(pages)) * striping.page_size as u64;
+        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_INNER_BYTES).then(Mutex::default);
         Ok(Self {
             files,
             pool_keys,
             striping,
-            pages: segment.pages(),
+            pages,
             leaf_pages,
+            pinned,
         })
     }
 }
@@ -130,12 +148,31 @@ impl TableIo {
         let seg = self.indexes.get(index).ok_or_else(|| {
             StorageError::InvalidArgument(format!("table has no index number {index}"))
         })?;
-        let (hint, kind) = if page_no < seg.leaf_pages {
-            (PageHint::IndexLeaf, PageKind::IndexLeaf)
-        } else {
-            (PageHint::IndexInner, PageKind::IndexInner)
-        };
-        self.read(seg, page_no, hint, kind, metrics).await
+        if page_no < seg.leaf_pages {
+            return (self.read(
+                seg,
+                page_no,
+                PageHint::IndexLeaf,
+                PageKind::IndexLeaf,
+                metrics,
+            ))
+            .await;
+        }
+        if let Some(page) = pinned_node(seg, page_no, metrics) {
+            return Ok(page);
+        }
+        let page = (self.read(
+            seg,
+            page_no,
+            PageHint::IndexInner,
+            PageKind::IndexInner,
+            metrics,
+        ))
+        .await?;
+        if let Some(pinned) = &seg.pinned {
+            pinned.lock().insert(page_no, page.clone());
+        }
+        Ok(page)
     }
 
     /// Heap page `page_no` if the buffer pool holds it (no read, no waiting); counted as a hit.
@@ -151,12 +188,11 @@ impl TableIo {
         metrics: &[Arc<IoMetrics>],
     ) -> Option<PageBuf> {
         let seg = self.indexes.get(index)?;
-        let hint = if page_no < seg.leaf_pages {
-            PageHint::IndexLeaf
-        } else {
-            PageHint::IndexInner
-        };
-        self.cached(seg, page_no, hint, metrics)
+        if page_no < seg.leaf_pages {
+            return self.cached(seg, page_no, PageHint::IndexLeaf, metrics);
+        }
+        pinned_node(seg, page_no, metrics)
+            .or_else(|| self.cached(seg, page_no, PageHint::IndexInner, metrics))
     }
 
     fn cached(
@@ -233,6 +269,13 @@ impl TableIo {
         }
         Ok(page)
     }
+}
+
+/// Inner node `page_no` of `seg` if it is pinned; counted as a hit.
+fn pinned_node(seg: &SegmentFiles, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Option<PageBuf> {
+    let page = seg.pinned.as_ref()?.lock().get(&page_no).cloned()?;
+    metrics.iter().for_each(|m| m.hit());
+    Some(page)
 }
 
 /// Names the page in a short-read error (a truncated file).
