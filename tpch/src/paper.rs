@@ -4,9 +4,9 @@
 //!
 //! Cache states, after the PostgreSQL SSD study the project follows:
 //! - cold: ooode's buffer pool emptied (reads are O_DIRECT); the OS page cache dropped before
-//!   the Parquet run (root only, otherwise said so); runs under a second are made three
+//!   the Parquet run (root only, otherwise said so); runs under a second are made five
 //!   times, caches emptied before each, and the median kept;
-//! - hot: the same query ran just before, on the same engine; the median of three runs;
+//! - hot: the same query ran just before, on the same engine; the median of five runs;
 //! - cross: caches emptied as for cold, then a different query (the next one in the list) ran
 //!   on the same engine, warming the pages the two share (upper B+tree levels, small tables).
 
