@@ -319,6 +319,69 @@ async fn inner_nodes_outlive_an_emptied_pool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sparse_index_leaves_outlive_an_emptied_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let clustering = &table.indexes()[0];
+    assert!(clustering.meta.is_sparse());
+    let inner: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
+    let faulty = Arc::new(FaultyEngine::new(inner));
+    let file = clustering
+        .segment
+        .striping()
+        .file(&clustering.meta.segment, 0);
+    faulty.inject(&file, 0, Fault::Corrupt(100));
+    let pool = BufferPool::new(1 << 20);
+    let io = TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap();
+    let m = IoMetrics::new();
+    let metrics = std::slice::from_ref(&m);
+    let e = io.index_page(0, 0, metrics).await.unwrap_err();
+    assert!(matches!(e, StorageError::Corrupted { .. }), "{e}");
+    faulty.clear();
+    let reads = |m: &IoMetrics| m.snapshot().reads;
+    for round in 0..2 {
+        pool.clear();
+        let before = reads(&m);
+        io.index_page(0, 0, metrics).await.unwrap();
+        // Round 0 reads the leaf (its damaged copy was not kept); round 1 finds it pinned.
+        assert_eq!(reads(&m) - before, 1 - round, "round {round}");
+    }
+    assert!(io.cached_index_page(0, 0, metrics).is_some());
+    // The dense index's leaves still go through the pool only.
+    io.index_page(1, 0, metrics).await.unwrap();
+    pool.clear();
+    assert!(io.cached_index_page(1, 0, metrics).is_none());
+}
+
+#[test]
+fn planning_counts_read_through_the_pool() {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, FieldRef};
+    use ooode::storage::{KeyEncoder, KeyRange};
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let field: FieldRef = Arc::new(Field::new("v", DataType::Int64, false));
+    let key = KeyEncoder::new(&[field])
+        .unwrap()
+        .encode_row(&[Arc::new(Int64Array::from(vec![7]))], 0)
+        .unwrap();
+    let range = KeyRange::point(key);
+    let engine: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
+    let pool = BufferPool::new(1 << 20);
+    let io = TableIo::open(table.clone(), engine.clone(), pool.clone()).unwrap();
+    let reads = || engine.metrics().snapshot().reads;
+    // v = i % 100 over 50,000 rows.
+    assert_eq!(io.count_entries_now(1, &range).unwrap(), 500);
+    let cold = reads();
+    assert!(cold > 0, "a cold count reads its pages through the engine");
+    // Cached now: a second count, and the lookup that follows, read nothing.
+    assert_eq!(io.count_entries_now(1, &range).unwrap(), 500);
+    assert_eq!(reads(), cold);
+    assert_eq!(pool.stats().pages, cold, "every page the count read is in the pool");
+    assert!(io.count_entries_now(9, &range).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_single_flight_and_budget() {
     let dir = tempfile::tempdir().unwrap();
     let (path, data) = page_file(dir.path());

@@ -6,9 +6,12 @@
 //!
 //! Inner (non-leaf) B+tree nodes are kept with the table once read, outside the buffer pool:
 //! they are a fraction of a percent of an index, every lookup walks them, and emptying the
-//! pool does not drop them. This is ooode's counterpart of the Parquet footers and page indexes
-//! that DataFusion keeps in its metadata cache: a "cold" query reads leaves and data pages from
-//! disk, not the top of every tree again.
+//! pool does not drop them. So are all nodes of a sparse clustering index (one entry per heap
+//! page): it is the upper part of a clustered B+tree whose leaves are the heap pages, about a
+//! third of a percent of the heap, and maps keys to data pages as a Parquet page index maps
+//! values to row pages. This is ooode's counterpart of the Parquet footers and page indexes
+//! that DataFusion keeps in its metadata cache: a "cold" query reads secondary index leaves and
+//! data pages from disk, not the top of every tree again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use super::metrics::IoMetrics;
 use super::pool::{BufferPool, PageHint};
 use super::{FileId, IoEngine};
 use crate::storage::btree::node::NodeRef;
+use crate::storage::btree::{CountCursor, KeyRange};
 use crate::storage::page::{PageKind, verify_page};
 use crate::storage::segment::{SegmentReader, Striping};
 use crate::storage::{Result, StorageError, Table};
@@ -33,13 +37,16 @@ struct SegmentFiles {
     striping: Striping,
     pages: u64,
     leaf_pages: u64,
-    /// Inner nodes read so far (index segments whose inner nodes fit [`PINNED_INNER_BYTES`]).
+    /// Nodes read so far that stay (index segments whose pinned part fits [`PINNED_BYTES`]).
     pinned: Option<Mutex<HashMap<u64, PageBuf>>>,
+    /// Whether leaves are pinned too (a sparse clustering index), not only inner nodes.
+    pin_leaves: bool,
 }
 
-/// Most bytes of inner nodes one index keeps pinned; a larger index leaves them to the pool.
-/// 64 MiB of 8 KiB inner nodes route ~8 K x fan-out (hundreds) leaves: billions of rows.
-const PINNED_INNER_BYTES: u64 = 64 << 20;
+/// Most bytes of nodes one index keeps pinned; a larger index leaves them to the pool.
+/// 64 MiB of 8 KiB inner nodes route ~8 K x fan-out (hundreds) leaves: billions of rows; as a
+/// whole sparse index, 64 MiB route ~20 GiB of 8 KiB heap pages.
+const PINNED_BYTES: u64 = 64 << 20;
 
 impl SegmentFiles {
     fn open(
@@ -48,6 +55,7 @@ impl SegmentFiles {
         segment: &SegmentReader,
         name: &str,
         leaf_pages: u64,
+        sparse: bool,
     ) -> Result<Self> {
         let striping = segment.striping().clone();
         let files = (0..striping.dirs.len())
@@ -57,8 +65,10 @@ impl SegmentFiles {
             .map(|i| pool.file_key(&striping.file(name, i)))
             .collect::<Result<Vec<_>>>()?;
         let pages = segment.pages();
-        let inner_bytes = (pages - leaf_pages.min(pages)) * striping.page_size as u64;
-        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_INNER_BYTES).then(Mutex::default);
+        let page_bytes = striping.page_size as u64;
+        let inner_bytes = (pages - leaf_pages.min(pages)) * page_bytes;
+        let pin_leaves = sparse && pages * page_bytes <= PINNED_BYTES;
+        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES).then(Mutex::default);
         Ok(Self {
             files,
             pool_keys,
@@ -66,6 +76,7 @@ impl SegmentFiles {
             pages,
             leaf_pages,
             pinned,
+            pin_leaves,
         })
     }
 }
@@ -93,6 +104,7 @@ impl TableIo {
             table.heap(),
             crate::storage::loader::HEAP_SEGMENT,
             0,
+            false,
         )?;
         let indexes = table
             .indexes()
@@ -104,6 +116,7 @@ impl TableIo {
                     &i.segment,
                     &i.meta.segment,
                     i.meta.tree.leaf_pages,
+                    i.meta.is_sparse(),
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -148,31 +161,48 @@ impl TableIo {
         let seg = self.indexes.get(index).ok_or_else(|| {
             StorageError::InvalidArgument(format!("table has no index number {index}"))
         })?;
-        if page_no < seg.leaf_pages {
-            return (self.read(
-                seg,
-                page_no,
-                PageHint::IndexLeaf,
-                PageKind::IndexLeaf,
-                metrics,
-            ))
-            .await;
-        }
-        if let Some(page) = pinned_node(seg, page_no, metrics) {
+        let leaf = page_no < seg.leaf_pages;
+        let (hint, kind) = match leaf {
+            true => (PageHint::IndexLeaf, PageKind::IndexLeaf),
+            false => (PageHint::IndexInner, PageKind::IndexInner),
+        };
+        let pin = !leaf || seg.pin_leaves;
+        if pin && let Some(page) = pinned_node(seg, page_no, metrics) {
             return Ok(page);
         }
-        let page = (self.read(
-            seg,
-            page_no,
-            PageHint::IndexInner,
-            PageKind::IndexInner,
-            metrics,
-        ))
-        .await?;
-        if let Some(pinned) = &seg.pinned {
+        let page = self.read(seg, page_no, hint, kind, metrics).await?;
+        if pin && let Some(pinned) = &seg.pinned {
             pinned.lock().insert(page_no, page.clone());
         }
         Ok(page)
+    }
+
+    /// Entries of the `index`-th index in `range`, counted at planning time (two descents).
+    ///
+    /// Pages come as a lookup gets them: pinned nodes, the buffer pool, else a read through
+    /// the engine that is cached; so on a cold pool the estimate costs real reads and the
+    /// query then finds those pages cached. Meant for a table opened on a synchronous engine
+    /// (in-order mode: its reads finish before they return); a page that another engine is
+    /// reading right now, or any page when this engine is asynchronous, is read with a plain
+    /// `pread` instead of waiting, since planning cannot wait for a read that a task on this
+    /// very thread may still have to submit.
+    pub fn count_entries_now(&self, index: usize, range: &KeyRange) -> Result<u64> {
+        let idx = self.table.indexes().get(index).ok_or_else(|| {
+            StorageError::InvalidArgument(format!("table has no index number {index}"))
+        })?;
+        let synchronous = self.engine.max_in_flight() == 1;
+        let mut cursor = CountCursor::new(&idx.meta.tree, range);
+        while let Some(p) = cursor.next_page() {
+            let file = idx.segment.file_of(p);
+            match synchronous
+                .then(|| self.index_page(index, p, &[]).now_or_never())
+                .flatten()
+            {
+                Some(page) => cursor.feed(&page?, file)?,
+                None => cursor.feed(&idx.segment.read_page(p)?, file)?,
+            }
+        }
+        Ok(cursor.count().unwrap_or(0))
     }
 
     /// Heap page `page_no` if the buffer pool holds it (no read, no waiting); counted as a hit.
@@ -188,11 +218,16 @@ impl TableIo {
         metrics: &[Arc<IoMetrics>],
     ) -> Option<PageBuf> {
         let seg = self.indexes.get(index)?;
-        if page_no < seg.leaf_pages {
+        let leaf = page_no < seg.leaf_pages;
+        if leaf && !seg.pin_leaves {
             return self.cached(seg, page_no, PageHint::IndexLeaf, metrics);
         }
-        pinned_node(seg, page_no, metrics)
-            .or_else(|| self.cached(seg, page_no, PageHint::IndexInner, metrics))
+        let hint = if leaf {
+            PageHint::IndexLeaf
+        } else {
+            PageHint::IndexInner
+        };
+        pinned_node(seg, page_no, metrics).or_else(|| self.cached(seg, page_no, hint, metrics))
     }
 
     fn cached(
@@ -271,7 +306,7 @@ impl TableIo {
     }
 }
 
-/// Inner node `page_no` of `seg` if it is pinned; counted as a hit.
+/// Node `page_no` of `seg` if it is pinned; counted as a hit.
 fn pinned_node(seg: &SegmentFiles, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Option<PageBuf> {
     let page = seg.pinned.as_ref()?.lock().get(&page_no).cloned()?;
     metrics.iter().for_each(|m| m.hit());

@@ -1,6 +1,7 @@
 //! Page-read estimates from index statistics: exact entry counts in a key range (two B+tree
 //! descents each) and average entries per key.
 
+use crate::io::TableIo;
 use crate::storage::btree::KeyRange;
 use crate::storage::{IndexHandle, Table};
 
@@ -20,18 +21,20 @@ pub fn scan_pages(table: &Table) -> f64 {
 const COUNTED_RANGES: usize = 32;
 
 /// Estimated rows and page reads of an index scan over `ranges`.
-pub fn index_scan_estimate(
-    table: &Table,
-    index: &IndexHandle,
-    ranges: &[KeyRange],
-) -> (usize, usize) {
+pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -> (usize, usize) {
+    let table = io.table();
+    let Some(index) = table.indexes().get(index_no) else {
+        return (usize::MAX, usize::MAX);
+    };
     let m = table.manifest();
     let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
     let counted = ranges.len().min(COUNTED_RANGES);
     let mut entries = 0u64;
     for r in &ranges[..counted] {
         // A failed count (damaged index) makes the estimate large: the scan is kept.
-        entries += index.count(r).unwrap_or(index.meta.tree.entries);
+        entries += io
+            .count_entries_now(index_no, r)
+            .unwrap_or(index.meta.tree.entries);
     }
     let entries = entries as f64 * ranges.len() as f64 / counted.max(1) as f64;
     let descents = ranges.len() * index.meta.tree.height as usize;

@@ -29,8 +29,8 @@ use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use super::cost::{index_scan_estimate, probe_estimate, scan_pages};
 use super::ranges::{column_bounds, describe, key_ranges};
 use crate::exec::{
-    IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide, OoodeConfig,
-    OoodeScanExec, QueryIo,
+    ExecutionMode, IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide,
+    OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo,
 };
 use crate::io::TableIo;
 
@@ -143,6 +143,10 @@ impl Planner<'_> {
             return Ok(None);
         };
         let table = scan.table().table();
+        // Estimates read index pages the way an in-order lookup does (see `count_entries_now`).
+        let counter = OoodeRuntime::get(self.config)
+            .table(table.dir(), ExecutionMode::InOrder, self.config.direct_io)
+            .unwrap_or_else(|_| scan.table().clone());
         let mut best: Option<(usize, Vec<_>, String, usize, usize)> = None;
         for (i, idx) in table.indexes().iter().enumerate() {
             let first = table.schema().index_of(&idx.meta.columns[0])?;
@@ -153,7 +157,7 @@ impl Planner<'_> {
                 continue;
             };
             let ranges = key_ranges(&bounds, &table.schema().fields()[first])?;
-            let (rows, pages) = index_scan_estimate(table, idx, &ranges);
+            let (rows, pages) = index_scan_estimate(&counter, i, &ranges);
             if best.as_ref().is_none_or(|b| pages < b.4) {
                 best = Some((
                     i,
