@@ -377,7 +377,11 @@ fn planning_counts_read_through_the_pool() {
     // Cached now: a second count, and the lookup that follows, read nothing.
     assert_eq!(io.count_entries_now(1, &range).unwrap(), 500);
     assert_eq!(reads(), cold);
-    assert_eq!(pool.stats().pages, cold, "every page the count read is in the pool");
+    assert_eq!(
+        pool.stats().pages,
+        cold,
+        "every page the count read is in the pool"
+    );
     assert!(io.count_entries_now(9, &range).is_err());
 }
 

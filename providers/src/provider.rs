@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::stats::Precision;
-use datafusion::common::{Result, Statistics};
+use datafusion::common::{DataFusionError, Result, Statistics};
 use datafusion::datasource::TableType;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use ooode::exec::context::to_df;
@@ -27,6 +28,8 @@ pub struct OoodeTable {
     name: String,
     schema: SchemaRef,
     rows: u64,
+    /// The Parquet copy's metadata and statistics, once a scan read them.
+    columnar: parking_lot::Mutex<Option<Arc<ColumnarFile>>>,
 }
 
 impl OoodeTable {
@@ -41,6 +44,7 @@ impl OoodeTable {
         Ok(Self {
             schema: table.schema().clone(),
             rows: table.manifest().row_count,
+            columnar: Default::default(),
             dir,
             name,
         })
@@ -51,33 +55,82 @@ impl OoodeTable {
         &self.dir
     }
 
-    /// DataFusion's own Parquet scan of the table's columnar copy.
+    /// DataFusion's own Parquet scan of the table's columnar copy: the plan a ListingTable of
+    /// that one file makes, built from the file's metadata and statistics kept here (a
+    /// ListingTable lists and stats the file on every scan: a fifth of planning a point query).
     async fn parquet_scan(
         &self,
         state: &dyn Session,
         file: &Path,
         projection: &[usize],
-        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        use datafusion::datasource::file_format::FileFormat;
         use datafusion::datasource::file_format::parquet::ParquetFormat;
-        use datafusion::datasource::listing::{
-            ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-        };
-        let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-        let url = ListingTableUrl::parse(absolute.to_string_lossy())?;
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new(url)
-            .with_listing_options(options)
-            .with_schema(self.schema.clone());
-        // The session's statistics cache, as for a registered Parquet table: without it every
-        // query re-reads the footer to compute statistics (0.8 ms of planning at SF 1).
-        let listing = ListingTable::try_new(config)?
-            .with_cache(state.runtime_env().cache_manager.get_file_statistic_cache());
-        let projection = projection.to_vec();
-        listing.scan(state, Some(&projection), filters, limit).await
+        use datafusion::datasource::listing::PartitionedFile;
+        use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+        use datafusion::datasource::table_schema::TableSchema;
+        let columnar = self.columnar_file(state, file).await?;
+        let stats = columnar.statistics.clone();
+        let part = PartitionedFile::from(columnar.meta.clone()).with_statistics(stats.clone());
+        let group = FileGroup::new(vec![part]).with_statistics(stats.clone());
+        let format = ParquetFormat::default();
+        let source = format.file_source(TableSchema::from(self.schema.clone()));
+        let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
+            .with_file_groups(vec![group])
+            .with_statistics(stats.as_ref().clone())
+            .with_projection_indices(Some(projection.to_vec()))?
+            .with_limit(limit)
+            .build();
+        format.create_physical_plan(state, config).await
     }
+
+    /// The columnar copy's object metadata and statistics, read once per version of the file.
+    async fn columnar_file(&self, state: &dyn Session, file: &Path) -> Result<Arc<ColumnarFile>> {
+        use datafusion::datasource::file_format::FileFormat;
+        use datafusion::datasource::file_format::parquet::ParquetFormat;
+        let io_err = |e: std::io::Error| {
+            DataFusionError::Execution(format!(
+                "ooode table {}: {}: {e}",
+                self.name,
+                file.display()
+            ))
+        };
+        let fs_meta = std::fs::metadata(file).map_err(io_err)?;
+        let stamp = (fs_meta.len(), fs_meta.modified().map_err(io_err)?);
+        if let Some(known) = self.columnar.lock().as_ref()
+            && known.stamp == stamp
+        {
+            return Ok(known.clone());
+        }
+        let absolute = std::path::absolute(file).map_err(io_err)?;
+        let location = object_store::path::Path::from_absolute_path(&absolute)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let store = state
+            .runtime_env()
+            .object_store(ObjectStoreUrl::local_filesystem())?;
+        let meta = object_store::ObjectStoreExt::head(&store, &location).await?;
+        let statistics = ParquetFormat::default()
+            .infer_stats_and_ordering(state, &store, self.schema.clone(), &meta)
+            .await?
+            .statistics;
+        let known = Arc::new(ColumnarFile {
+            stamp,
+            meta,
+            statistics: Arc::new(statistics),
+        });
+        *self.columnar.lock() = Some(known.clone());
+        Ok(known)
+    }
+}
+
+/// What a scan of a table's Parquet copy needs to know about the file.
+#[derive(Debug)]
+struct ColumnarFile {
+    /// Size and modification time when it was read: a file replaced since is read again.
+    stamp: (u64, std::time::SystemTime),
+    meta: object_store::ObjectMeta,
+    statistics: Arc<Statistics>,
 }
 
 /// The session's ooode settings (defaults if the extension is not registered).
@@ -104,7 +157,7 @@ impl TableProvider for OoodeTable {
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        filters: &[Expr],
+        _filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let config = ooode_config(state);
@@ -128,7 +181,7 @@ impl TableProvider for OoodeTable {
         match columnar_file {
             Some(file) if config.columnar_scan => {
                 let parquet = self
-                    .parquet_scan(state, &self.dir.join(file), &projection, filters, limit)
+                    .parquet_scan(state, &self.dir.join(file), &projection, limit)
                     .await?;
                 Ok(Arc::new(scan.with_columnar(parquet)))
             }

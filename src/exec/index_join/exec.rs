@@ -148,6 +148,10 @@ pub struct IndexJoinExec {
     properties: Arc<PlanProperties>,
 }
 
+/// Estimated output below which a join runs as one pipeline (see
+/// `benefits_from_input_partitioning`): a point query's few rows, not a batch's worth of probes.
+const ONE_PIPELINE_ROWS: usize = 256;
+
 impl IndexJoinExec {
     /// A join of `outer` (keys `outer_keys`) with `inner`. Output columns: the outer input's,
     /// then (inner and left outer joins) the inner side's. `filter` is the original join's
@@ -354,6 +358,16 @@ impl ExecutionPlan for IndexJoinExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+
+    /// Spreading the outer input over partitions lets several cores decode the inner pages,
+    /// but every partition adds tasks and hand-offs between threads to each read's path; for
+    /// a point query's few rows one pipeline is faster.
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![
+            self.estimated_rows
+                .is_none_or(|rows| rows > ONE_PIPELINE_ROWS),
+        ]
     }
 
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
