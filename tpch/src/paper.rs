@@ -4,9 +4,10 @@
 //!
 //! Cache states, after the PostgreSQL SSD study the project follows:
 //! - cold: ooode's buffer pool emptied (reads are O_DIRECT); the OS page cache dropped before
-//!   the Parquet run (root only, otherwise said so); runs under a second are made five
-//!   times, caches emptied before each, and the median kept;
-//! - hot: the same query ran just before, on the same engine; the median of five runs;
+//!   the Parquet run (root only, otherwise said so); runs under a second are made five times
+//!   (fifteen under 50 ms), caches emptied before each, and the median kept;
+//! - hot: the same query ran just before, on the same engine; the median of five runs
+//!   (fifteen under 50 ms);
 //! - cross: caches emptied as for cold, then a different query (the next one in the list) ran
 //!   on the same engine, warming the pages the two share (upper B+tree levels, small tables).
 
@@ -18,7 +19,7 @@ use ooode::exec::{ExecutionMode, OoodeConfig, OoodeRuntime};
 
 use crate::datagen::DataSet;
 use crate::fig4::drop_os_cache;
-use crate::runner::{HOT_RUNS, cold_rows, contexts, hot_rows, run_sql, sorted_rows, timed_rows};
+use crate::runner::{cold_rows, contexts, hot_rows, run_sql, sorted_rows, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -178,8 +179,8 @@ pub async fn run(
                 // Pages are counted per run: cold may repeat, hot warms up first.
                 let (secs, rows, runs) = match cache {
                     "hot" => {
-                        let (secs, rows) = hot_rows(ctx, &q.sql, limit).await?;
-                        (secs, rows, 1 + HOT_RUNS)
+                        let h = hot_rows(ctx, &q.sql, limit).await?;
+                        (h.secs, h.rows, h.runs)
                     }
                     "cold" => {
                         let c = cold_rows(ctx, &q.sql, limit, &empty_caches, !sample).await?;

@@ -85,74 +85,100 @@ fn median(mut times: Vec<f64>) -> f64 {
     times[times.len() / 2]
 }
 
-/// Runs `sql` once to warm the caches, then [`HOT_RUNS`] times: the median seconds and the
-/// sorted rows of the last run, or None when a run went past `limit`.
+/// Runs of a query that takes a few milliseconds: on a shared VM, five of them still leave its
+/// median swinging 1.3x between invocations of the benchmark.
+pub const SHORT_QUERY_RUNS: usize = 15;
+/// Queries faster than this get [`SHORT_QUERY_RUNS`] runs instead of [`HOT_RUNS`].
+const SHORT_QUERY_SECS: f64 = 0.05;
+
+/// How many runs a query whose first run took `secs` gets.
+fn runs_for(secs: f64) -> usize {
+    if secs < SHORT_QUERY_SECS {
+        SHORT_QUERY_RUNS
+    } else {
+        HOT_RUNS
+    }
+}
+
+/// Runs `sql` once to warm the caches, then [`HOT_RUNS`] times ([`SHORT_QUERY_RUNS`] for a
+/// query of a few milliseconds): the median seconds and the sorted rows of the last run, or
+/// None when a run went past `limit`. `runs` counts the warm-up too.
 pub async fn hot_rows(
     ctx: &SessionContext,
     sql: &str,
     limit: std::time::Duration,
-) -> Result<(Option<f64>, Vec<String>), BoxError> {
-    if timed_rows(ctx, sql, limit).await?.0.is_none() {
-        return Ok((None, Vec::new()));
-    }
-    let mut times = Vec::with_capacity(HOT_RUNS);
+) -> Result<Measured, BoxError> {
+    let Some(warm) = timed_rows(ctx, sql, limit).await?.0 else {
+        return Ok(Measured::timed_out(1));
+    };
+    let runs = runs_for(warm);
+    let mut times = Vec::with_capacity(runs);
     let mut rows = Vec::new();
-    for _ in 0..HOT_RUNS {
+    for _ in 0..runs {
         let (secs, r) = timed_rows(ctx, sql, limit).await?;
         let Some(secs) = secs else {
-            return Ok((None, Vec::new()));
+            return Ok(Measured::timed_out(times.len() + 2));
         };
         times.push(secs);
         rows = r;
     }
-    Ok((Some(median(times)), rows))
+    Ok(Measured {
+        secs: Some(median(times)),
+        rows,
+        runs: runs + 1,
+    })
 }
 
-/// What [`cold_rows`] measured.
-pub struct ColdRun {
+/// What [`hot_rows`] or [`cold_rows`] measured.
+pub struct Measured {
     /// Median seconds, None when a run went past the limit.
     pub secs: Option<f64>,
-    /// Sorted result rows of the first run.
+    /// Sorted result rows (of one of the runs: they are all checked alike).
     pub rows: Vec<String>,
-    /// Runs made (1 or [`HOT_RUNS`]).
+    /// Runs made, for per-run counts.
     pub runs: usize,
+}
+
+impl Measured {
+    fn timed_out(runs: usize) -> Self {
+        Self {
+            secs: None,
+            rows: Vec::new(),
+            runs,
+        }
+    }
 }
 
 /// Runs `sql` cold: `empty_caches`, then one run. When `repeat` and that run took under a
 /// second (a single run of a few milliseconds is mostly noise), more such pairs up to
-/// [`HOT_RUNS`] runs: the median.
+/// [`HOT_RUNS`] runs ([`SHORT_QUERY_RUNS`] for a query of a few milliseconds): the median.
 pub async fn cold_rows(
     ctx: &SessionContext,
     sql: &str,
     limit: std::time::Duration,
     empty_caches: &dyn Fn(),
     repeat: bool,
-) -> Result<ColdRun, BoxError> {
+) -> Result<Measured, BoxError> {
     empty_caches();
     let (first, rows) = timed_rows(ctx, sql, limit).await?;
     match first {
         Some(secs) if repeat && secs < 1.0 => {
+            let runs = runs_for(secs);
             let mut times = vec![secs];
-            for _ in 1..HOT_RUNS {
+            for _ in 1..runs {
                 empty_caches();
                 match timed_rows(ctx, sql, limit).await?.0 {
                     Some(t) => times.push(t),
-                    None => {
-                        return Ok(ColdRun {
-                            secs: None,
-                            rows: Vec::new(),
-                            runs: times.len() + 1,
-                        });
-                    }
+                    None => return Ok(Measured::timed_out(times.len() + 1)),
                 }
             }
-            Ok(ColdRun {
+            Ok(Measured {
                 secs: Some(median(times)),
                 rows,
-                runs: HOT_RUNS,
+                runs,
             })
         }
-        _ => Ok(ColdRun {
+        _ => Ok(Measured {
             secs: first,
             rows,
             runs: 1,
@@ -208,8 +234,10 @@ pub async fn run(
         let name = format!("q{n}");
         bar.set_message(name.clone());
         let sql = std::fs::read_to_string(queries_dir.join(format!("{name}.sql")))?;
-        let (parquet_secs, want) = hot_rows(&stock, &sql, QUERY_LIMIT).await?;
-        let (ooode_secs, got) = hot_rows(&ooode, &sql, QUERY_LIMIT).await?;
+        let stock_run = hot_rows(&stock, &sql, QUERY_LIMIT).await?;
+        let ooode_run = hot_rows(&ooode, &sql, QUERY_LIMIT).await?;
+        let (parquet_secs, want) = (stock_run.secs, stock_run.rows);
+        let (ooode_secs, got) = (ooode_run.secs, ooode_run.rows);
         let (Some(parquet_secs), Some(ooode_secs)) = (parquet_secs, ooode_secs) else {
             return Err(format!("{name} ran past {QUERY_LIMIT:?}").into());
         };
