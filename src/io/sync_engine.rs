@@ -31,7 +31,9 @@ impl SyncEngine {
     pub fn new(direct: bool) -> Self {
         Self {
             files: FileTable::default(),
-            recycler: Recycler::new(64),
+            // Reads are one at a time: a few buffers cover them; pages evicted from the pool are
+            // kept up to the size of a default pool.
+            recycler: Recycler::new(crate::io::pool::default_budget()),
             metrics: IoMetrics::new(),
             direct,
             one_at_a_time: parking_lot::Mutex::new(()),

@@ -86,7 +86,8 @@ impl UringEngine {
             .register_files_sparse(REGISTERED_FILES)
             .is_ok();
         let files = Arc::new(FileTable::default());
-        let recycler = Recycler::new(max_in_flight * 2);
+        // Up to a default pool's bytes: pages evicted from (or emptied out of) the pool are reused.
+        let recycler = Recycler::new(super::pool::default_budget());
         let shared = Arc::new(Shared {
             ring,
             tracker: Mutex::new(Tracker::default()),
