@@ -281,76 +281,59 @@ async fn table_io_verifies_pages_and_names_damage() {
     );
 }
 
-/// Inner B+tree nodes stay with the table when the pool is emptied (leaves and data pages do
-/// not); a damaged inner node is an error and is not kept.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inner_nodes_outlive_an_emptied_pool() {
-    let dir = tempfile::tempdir().unwrap();
-    let table = small_table(dir.path());
-    let idx = &table.indexes()[1];
-    let (root, leaves) = (idx.meta.tree.root, idx.meta.tree.leaf_pages);
-    assert!(
-        root >= leaves,
-        "the index needs an inner root for this test"
-    );
+/// Reads node `page` of index `index` damaged once, then whole twice, emptying the pool before
+/// each: page reads of the two whole rounds.
+async fn reads_after_damage_and_emptied_pool(
+    table: &Arc<Table>,
+    index: usize,
+    page: u64,
+) -> (TableIo, Arc<BufferPool>, [u64; 2]) {
+    let idx = &table.indexes()[index];
     let inner: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
     let faulty = Arc::new(FaultyEngine::new(inner));
     let file = idx.segment.striping().file(&idx.meta.segment, 0);
-    faulty.inject(&file, root * PAGE as u64, Fault::Corrupt(100));
+    faulty.inject(&file, page * PAGE as u64, Fault::Corrupt(100));
     let pool = BufferPool::new(1 << 20);
     let io = TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap();
     let m = IoMetrics::new();
     let metrics = std::slice::from_ref(&m);
-    let e = io.index_page(1, root, metrics).await.unwrap_err();
+    let e = io.index_page(index, page, metrics).await.unwrap_err();
     assert!(matches!(e, StorageError::Corrupted { .. }), "{e}");
     faulty.clear();
-    let reads = |m: &IoMetrics| m.snapshot().reads;
-    for round in 0..2 {
+    let mut reads = [0; 2];
+    for r in &mut reads {
         pool.clear();
-        let before = reads(&m);
-        io.index_page(1, root, metrics).await.unwrap();
-        io.index_page(1, 0, metrics).await.unwrap();
-        // Round 0 reads the root (its damaged copy was not kept) and a leaf; round 1 the leaf.
-        assert_eq!(reads(&m) - before, 2 - round, "round {round}");
+        let before = m.snapshot().reads;
+        io.index_page(index, page, metrics).await.unwrap();
+        *r = m.snapshot().reads - before;
     }
-    assert!(io.cached_index_page(1, root, metrics).is_some());
-    pool.clear();
-    assert!(io.cached_index_page(1, 0, metrics).is_none());
+    (io, pool, reads)
 }
 
+/// Inner B+tree nodes, and every node of a sparse clustering index, stay with the table when
+/// the pool is emptied (a dense index's leaves and data pages do not); a damaged node is an
+/// error and is not kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sparse_index_leaves_outlive_an_emptied_pool() {
+async fn index_nodes_that_outlive_an_emptied_pool() {
     let dir = tempfile::tempdir().unwrap();
     let table = small_table(dir.path());
-    let clustering = &table.indexes()[0];
-    assert!(clustering.meta.is_sparse());
-    let inner: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
-    let faulty = Arc::new(FaultyEngine::new(inner));
-    let file = clustering
-        .segment
-        .striping()
-        .file(&clustering.meta.segment, 0);
-    faulty.inject(&file, 0, Fault::Corrupt(100));
-    let pool = BufferPool::new(1 << 20);
-    let io = TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap();
-    let m = IoMetrics::new();
-    let metrics = std::slice::from_ref(&m);
-    let e = io.index_page(0, 0, metrics).await.unwrap_err();
-    assert!(matches!(e, StorageError::Corrupted { .. }), "{e}");
-    faulty.clear();
-    let reads = |m: &IoMetrics| m.snapshot().reads;
-    for round in 0..2 {
-        pool.clear();
-        let before = reads(&m);
-        io.index_page(0, 0, metrics).await.unwrap();
-        // Round 0 reads the leaf (its damaged copy was not kept); round 1 finds it pinned.
-        assert_eq!(reads(&m) - before, 1 - round, "round {round}");
-    }
-    assert!(io.cached_index_page(0, 0, metrics).is_some());
-    // The dense index's leaves still go through the pool only.
-    io.index_page(1, 0, metrics).await.unwrap();
+    let none = &[];
+    // Dense index on v: its inner root stays, its leaves do not.
+    let tree = &table.indexes()[1].meta.tree;
+    assert!(tree.root >= tree.leaf_pages, "the test needs an inner root");
+    let (io, pool, reads) = reads_after_damage_and_emptied_pool(&table, 1, tree.root).await;
+    // Round 0 reads the root (its damaged copy was not kept); round 1 finds it kept.
+    assert_eq!(reads, [1, 0]);
+    assert!(io.cached_index_page(1, tree.root, none).is_some());
+    io.index_page(1, 0, none).await.unwrap();
     pool.clear();
-    assert!(io.cached_index_page(1, 0, metrics).is_none());
+    assert!(io.cached_index_page(1, 0, none).is_none(), "a dense leaf");
+    // Sparse clustering index on k: its leaf stays too.
+    assert!(table.indexes()[0].meta.is_sparse());
+    let (io, pool, reads) = reads_after_damage_and_emptied_pool(&table, 0, 0).await;
+    assert_eq!(reads, [1, 0]);
+    pool.clear();
+    assert!(io.cached_index_page(0, 0, none).is_some(), "a sparse leaf");
 }
 
 #[test]
