@@ -79,6 +79,16 @@ impl SegmentFiles {
             pin_leaves,
         })
     }
+
+    /// How node `page_no` of this index is read: its pool hint, its page kind, and whether it
+    /// stays pinned once read (inner nodes; leaves too in a sparse clustering index).
+    fn node_class(&self, page_no: u64) -> (PageHint, PageKind, bool) {
+        if page_no < self.leaf_pages {
+            (PageHint::IndexLeaf, PageKind::IndexLeaf, self.pin_leaves)
+        } else {
+            (PageHint::IndexInner, PageKind::IndexInner, true)
+        }
+    }
 }
 
 /// Reads the pages of one table.
@@ -161,12 +171,7 @@ impl TableIo {
         let seg = self.indexes.get(index).ok_or_else(|| {
             StorageError::InvalidArgument(format!("table has no index number {index}"))
         })?;
-        let leaf = page_no < seg.leaf_pages;
-        let (hint, kind) = match leaf {
-            true => (PageHint::IndexLeaf, PageKind::IndexLeaf),
-            false => (PageHint::IndexInner, PageKind::IndexInner),
-        };
-        let pin = !leaf || seg.pin_leaves;
+        let (hint, kind, pin) = seg.node_class(page_no);
         if pin && let Some(page) = pinned_node(seg, page_no, metrics) {
             return Ok(page);
         }
@@ -218,16 +223,10 @@ impl TableIo {
         metrics: &[Arc<IoMetrics>],
     ) -> Option<PageBuf> {
         let seg = self.indexes.get(index)?;
-        let leaf = page_no < seg.leaf_pages;
-        if leaf && !seg.pin_leaves {
-            return self.cached(seg, page_no, PageHint::IndexLeaf, metrics);
-        }
-        let hint = if leaf {
-            PageHint::IndexLeaf
-        } else {
-            PageHint::IndexInner
-        };
-        pinned_node(seg, page_no, metrics).or_else(|| self.cached(seg, page_no, hint, metrics))
+        let (hint, _, pin) = seg.node_class(page_no);
+        pin.then(|| pinned_node(seg, page_no, metrics))
+            .flatten()
+            .or_else(|| self.cached(seg, page_no, hint, metrics))
     }
 
     fn cached(

@@ -133,7 +133,7 @@ pub async fn hot_rows(
 pub struct Measured {
     /// Median seconds, None when a run went past the limit.
     pub secs: Option<f64>,
-    /// Sorted result rows (of one of the runs: they are all checked alike).
+    /// Sorted result rows of one run (hot: the last; cold: the first).
     pub rows: Vec<String>,
     /// Runs made, for per-run counts.
     pub runs: usize,
