@@ -21,5 +21,5 @@ pub mod scan;
 pub use config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 pub use context::{OoodeRuntime, QueryIo};
 pub use index_join::{IndexJoinExec, IndexJoinKind, InnerSide};
-pub use index_scan::IndexScanExec;
+pub use index_scan::{IndexScanExec, ScanEstimate};
 pub use scan::OoodeScanExec;

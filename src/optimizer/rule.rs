@@ -30,7 +30,7 @@ use super::cost::{index_scan_estimate, probe_estimate, scan_pages};
 use super::ranges::{column_bounds, describe, key_ranges};
 use crate::exec::{
     ExecutionMode, IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide,
-    OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo,
+    OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo, ScanEstimate,
 };
 use crate::io::TableIo;
 
@@ -183,7 +183,7 @@ impl Planner<'_> {
             scan.projection().to_vec(),
             filter.predicate().clone(),
             filter.projection().as_ref().map(|p| p.to_vec()),
-            rows,
+            ScanEstimate { rows, pages },
             self.query.clone(),
         )?)))
     }
@@ -303,6 +303,15 @@ impl Planner<'_> {
         if !self.wants(cost, scan_pages(table)) {
             return Ok(None);
         }
+        // The inner side may already be an index scan (a filter on its key, often one that
+        // DataFusion derived from the outer side's). Then the hash join costs that scan's
+        // reads, and they run alongside the outer side's instead of after them; probes would
+        // add a dependent step per outer row. `auto` keeps the cheaper of the two.
+        if self.config.index_join == IndexJoinMode::Auto
+            && index_scan_below(inner_plan).is_some_and(|s| s.estimate().pages as f64 <= cost)
+        {
+            return Ok(None);
+        }
         let inner = Arc::new(InnerSide::try_new(
             read.table.clone(),
             read.name.clone(),
@@ -328,6 +337,14 @@ impl Planner<'_> {
             restore_join_output(join, node, inner_side, kind)?,
         )))
     }
+}
+
+/// The index scan `plan` is, under projections of its columns.
+fn index_scan_below(plan: &Arc<dyn ExecutionPlan>) -> Option<&IndexScanExec> {
+    if let Some(proj) = plan.downcast_ref::<ProjectionExec>() {
+        return index_scan_below(proj.input());
+    }
+    plan.downcast_ref::<IndexScanExec>()
 }
 
 /// Whether `plan`'s rows come from an index scan, through index joins and row-preserving

@@ -25,6 +25,15 @@ use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::{IoMetrics, TableIo};
 use crate::storage::btree::KeyRange;
 
+/// What the optimizer expects an index scan to cost, from exact B+tree range counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanEstimate {
+    /// Rows found in the ranges (before the residual predicate).
+    pub rows: usize,
+    /// Page reads: index nodes and heap pages.
+    pub pages: usize,
+}
+
 /// Reads the rows of a table whose index key lies in some ranges, then filters them.
 #[derive(Debug, Clone)]
 pub struct IndexScanExec {
@@ -37,7 +46,7 @@ pub struct IndexScanExec {
     predicate: Arc<dyn PhysicalExpr>,
     output: Option<Vec<usize>>,
     schema: SchemaRef,
-    estimated_rows: usize,
+    estimate: ScanEstimate,
     query: Arc<QueryIo>,
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
@@ -50,7 +59,7 @@ impl IndexScanExec {
     /// An index scan of the `index`-th index of `table` over `ranges` (described by
     /// `ranges_text` in plans), reading table columns `read_columns`, keeping rows where
     /// `predicate` (over those columns) holds, and producing the columns `output` of them (all
-    /// when None). `estimated_rows` feeds the statistics.
+    /// when None). `estimate` feeds the statistics and the optimizer's later decisions.
     #[allow(clippy::too_many_arguments)]
     pub fn try_new(
         table: Arc<TableIo>,
@@ -61,7 +70,7 @@ impl IndexScanExec {
         read_columns: Vec<usize>,
         predicate: Arc<dyn PhysicalExpr>,
         output: Option<Vec<usize>>,
-        estimated_rows: usize,
+        estimate: ScanEstimate,
         query: Arc<QueryIo>,
     ) -> Result<Self> {
         let read_schema = table.table().schema().project(&read_columns)?;
@@ -85,7 +94,7 @@ impl IndexScanExec {
             predicate,
             output,
             schema,
-            estimated_rows,
+            estimate,
             query,
             io: IoMetrics::new(),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -97,6 +106,11 @@ impl IndexScanExec {
     /// The node's I/O counters.
     pub fn io_metrics(&self) -> &Arc<IoMetrics> {
         &self.io
+    }
+
+    /// What the optimizer expected the scan to cost.
+    pub fn estimate(&self) -> ScanEstimate {
+        self.estimate
     }
 
     /// The table read.
@@ -232,7 +246,7 @@ impl ExecutionPlan for IndexScanExec {
         _args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
         let mut stats = Statistics::new_unknown(&self.schema);
-        stats.num_rows = Precision::Inexact(self.estimated_rows);
+        stats.num_rows = Precision::Inexact(self.estimate.rows);
         Ok(Arc::new(stats))
     }
 }

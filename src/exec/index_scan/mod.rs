@@ -4,4 +4,4 @@
 mod exec;
 mod stream;
 
-pub use exec::IndexScanExec;
+pub use exec::{IndexScanExec, ScanEstimate};
