@@ -31,9 +31,8 @@ impl SyncEngine {
     pub fn new(direct: bool) -> Self {
         Self {
             files: FileTable::default(),
-            // Reads are one at a time: a few buffers cover them; pages evicted from the pool are
-            // kept up to the size of a default pool.
-            recycler: Recycler::new(crate::io::pool::default_budget()),
+            // Pages evicted from the pool come back to the process's frames.
+            recycler: Recycler::shared(),
             metrics: IoMetrics::new(),
             direct,
             one_at_a_time: parking_lot::Mutex::new(()),

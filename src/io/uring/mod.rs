@@ -86,8 +86,8 @@ impl UringEngine {
             .register_files_sparse(REGISTERED_FILES)
             .is_ok();
         let files = Arc::new(FileTable::default());
-        // Up to a default pool's bytes: pages evicted from (or emptied out of) the pool are reused.
-        let recycler = Recycler::new(super::pool::default_budget());
+        // Pages evicted from (or emptied out of) the pool are reused by every engine.
+        let recycler = Recycler::shared();
         let shared = Arc::new(Shared {
             ring,
             tracker: Mutex::new(Tracker::default()),
