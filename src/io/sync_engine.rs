@@ -99,3 +99,16 @@ impl IoEngine for SyncEngine {
         1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuses_the_process_wide_page_buffers() {
+        let a = SyncEngine::new(false);
+        let b = SyncEngine::new(true);
+        assert!(Arc::ptr_eq(&a.recycler, &Recycler::shared()));
+        assert!(Arc::ptr_eq(&a.recycler, &b.recycler));
+    }
+}

@@ -1,6 +1,7 @@
 //! Page-read estimates from index statistics: exact entry counts in a key range (two B+tree
 //! descents each) and average entries per key.
 
+use crate::exec::ScanEstimate;
 use crate::io::TableIo;
 use crate::storage::btree::KeyRange;
 use crate::storage::{IndexHandle, Table};
@@ -21,10 +22,13 @@ pub fn scan_pages(table: &Table) -> f64 {
 const COUNTED_RANGES: usize = 32;
 
 /// Estimated rows and page reads of an index scan over `ranges`.
-pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -> (usize, usize) {
+pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -> ScanEstimate {
     let table = io.table();
     let Some(index) = table.indexes().get(index_no) else {
-        return (usize::MAX, usize::MAX);
+        return ScanEstimate {
+            rows: usize::MAX,
+            pages: usize::MAX,
+        };
     };
     let m = table.manifest();
     let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
@@ -41,10 +45,16 @@ pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -
     if index.meta.is_sparse() {
         // Entries are pages; one more page per range where the range starts mid-page.
         let pages = entries + ranges.len() as f64;
-        ((pages * rows_per_page) as usize, pages as usize + descents)
+        ScanEstimate {
+            rows: (pages * rows_per_page) as usize,
+            pages: pages as usize + descents,
+        }
     } else {
         let pages = entries.min(m.heap_pages as f64);
-        (entries as usize, pages as usize + descents)
+        ScanEstimate {
+            rows: entries as usize,
+            pages: pages as usize + descents,
+        }
     }
 }
 

@@ -53,6 +53,8 @@ struct TableRead {
     read_columns: Vec<usize>,
     predicate: Option<Arc<dyn PhysicalExpr>>,
     output: Option<Vec<usize>>,
+    /// What reading it costs, when it is already an index scan.
+    index_scan: Option<ScanEstimate>,
 }
 
 impl TableRead {
@@ -74,6 +76,7 @@ fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
             read_columns: scan.projection().to_vec(),
             predicate: None,
             output: None,
+            index_scan: None,
         });
     }
     if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
@@ -83,6 +86,7 @@ fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
             read_columns: read,
             predicate: Some(pred),
             output: out,
+            index_scan: Some(scan.estimate()),
         });
     }
     if let Some(filter) = plan.downcast_ref::<FilterExec>()
@@ -94,6 +98,7 @@ fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
             read_columns: scan.projection().to_vec(),
             predicate: Some(filter.predicate().clone()),
             output: filter.projection().as_ref().map(|p| p.to_vec()),
+            index_scan: None,
         });
     }
     if let Some(proj) = plan.downcast_ref::<ProjectionExec>() {
@@ -147,7 +152,7 @@ impl Planner<'_> {
         let counter = OoodeRuntime::get(self.config)
             .table(table.dir(), ExecutionMode::InOrder, self.config.direct_io)
             .unwrap_or_else(|_| scan.table().clone());
-        let mut best: Option<(usize, Vec<_>, String, usize, usize)> = None;
+        let mut best: Option<(usize, Vec<_>, String, ScanEstimate)> = None;
         for (i, idx) in table.indexes().iter().enumerate() {
             let first = table.schema().index_of(&idx.meta.columns[0])?;
             let Some(pos) = scan.projection().iter().position(|&c| c == first) else {
@@ -157,21 +162,15 @@ impl Planner<'_> {
                 continue;
             };
             let ranges = key_ranges(&bounds, &table.schema().fields()[first])?;
-            let (rows, pages) = index_scan_estimate(&counter, i, &ranges);
-            if best.as_ref().is_none_or(|b| pages < b.4) {
-                best = Some((
-                    i,
-                    ranges,
-                    describe(&bounds, &idx.meta.columns[0]),
-                    rows,
-                    pages,
-                ));
+            let estimate = index_scan_estimate(&counter, i, &ranges);
+            if best.as_ref().is_none_or(|b| estimate.pages < b.3.pages) {
+                best = Some((i, ranges, describe(&bounds, &idx.meta.columns[0]), estimate));
             }
         }
-        let Some((index, ranges, text, rows, pages)) = best else {
+        let Some((index, ranges, text, estimate)) = best else {
             return Ok(None);
         };
-        if !self.wants(pages as f64, scan_pages(table)) {
+        if !self.wants(estimate.pages as f64, scan_pages(table)) {
             return Ok(None);
         }
         Ok(Some(Arc::new(IndexScanExec::try_new(
@@ -183,7 +182,7 @@ impl Planner<'_> {
             scan.projection().to_vec(),
             filter.predicate().clone(),
             filter.projection().as_ref().map(|p| p.to_vec()),
-            ScanEstimate { rows, pages },
+            estimate,
             self.query.clone(),
         )?)))
     }
@@ -308,7 +307,7 @@ impl Planner<'_> {
         // reads, and they run alongside the outer side's instead of after them; probes would
         // add a dependent step per outer row. `auto` keeps the cheaper of the two.
         if self.config.index_join == IndexJoinMode::Auto
-            && index_scan_below(inner_plan).is_some_and(|s| s.estimate().pages as f64 <= cost)
+            && read.index_scan.is_some_and(|s| s.pages as f64 <= cost)
         {
             return Ok(None);
         }
@@ -337,14 +336,6 @@ impl Planner<'_> {
             restore_join_output(join, node, inner_side, kind)?,
         )))
     }
-}
-
-/// The index scan `plan` is, under projections of its columns.
-fn index_scan_below(plan: &Arc<dyn ExecutionPlan>) -> Option<&IndexScanExec> {
-    if let Some(proj) = plan.downcast_ref::<ProjectionExec>() {
-        return index_scan_below(proj.input());
-    }
-    plan.downcast_ref::<IndexScanExec>()
 }
 
 /// Whether `plan`'s rows come from an index scan, through index joins and row-preserving

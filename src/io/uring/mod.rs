@@ -201,3 +201,18 @@ impl Drop for UringEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuses_the_process_wide_page_buffers() {
+        // Where io_uring is unavailable the engine is not used, so there is nothing to share.
+        let Ok(engine) = UringEngine::new(UringConfig::default()) else {
+            return;
+        };
+        assert!(Arc::ptr_eq(&engine.recycler, &Recycler::shared()));
+        assert!(Arc::ptr_eq(&engine.shared.recycler, &Recycler::shared()));
+    }
+}
