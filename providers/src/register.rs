@@ -7,14 +7,16 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use ooode::exec::OoodeConfig;
-use ooode::optimizer::OoodeIndexRule;
+use ooode::optimizer::{OoodeIndexRule, OoodeOnePipelineRule};
 
 use crate::factory::OoodeTableFactory;
 use crate::writer::{OoodeCopyOptions, OoodeFormatFactory};
 
 /// Adds ooode to a session being built: the `OOODE` table factory, the `OOODE` file format
-/// (for `COPY ... STORED AS OOODE`), the `ooode.*` settings, and the index rule, placed right after DataFusion's filter pushdown (before distribution
-/// and sorting are enforced, so DataFusion plans around the index nodes).
+/// (for `COPY ... STORED AS OOODE`), the `ooode.*` settings, the index rule, placed right
+/// after DataFusion's filter pushdown (before distribution and sorting are enforced, so
+/// DataFusion plans around the index nodes), and the one-pipeline rule right after
+/// distribution is enforced.
 pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let config = builder.config().take().unwrap_or_default();
     let config = if config.options().extensions.get::<OoodeConfig>().is_some() {
@@ -31,6 +33,14 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .position(|r| r.name() == "FilterPushdown")
         .map_or(rules.len(), |i| i + 1);
     rules.insert(at, Arc::new(OoodeIndexRule::new()));
+    // Once DataFusion has placed its repartitions, the small index scans' ones come out again.
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "EnsureRequirements")
+        .map(|i| i + 1)
+        .or_else(|| rules.iter().position(|r| r.name() == "SanityCheckPlan"))
+        .unwrap_or(rules.len());
+    rules.insert(at, Arc::new(OoodeOnePipelineRule::new()));
     let mut formats = builder
         .file_formats()
         .take()

@@ -9,6 +9,21 @@ async fn sql(ctx: &SessionContext, q: &str) -> datafusion::common::Result<String
     Ok(pretty_format_batches(&batches)?.to_string())
 }
 
+/// Copies table `src` into an ooode table in `dir` with COPY `options` and registers it as `t`.
+async fn copy_src_to_t(ctx: &SessionContext, dir: &std::path::Path, options: &str) {
+    let t = dir.join("t");
+    let copy = format!(
+        "COPY (SELECT * FROM src) TO '{}' STORED AS OOODE OPTIONS ({options})",
+        t.display()
+    );
+    sql(ctx, &copy).await.unwrap();
+    let create = format!(
+        "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+        t.display()
+    );
+    sql(ctx, &create).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_create_query_and_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,20 +166,14 @@ async fn scan_statistics_for_join_planning() {
     use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
     let dir = tempfile::tempdir().unwrap();
-    let t = dir.path().join("t");
     let ctx = ooode_providers::ooode_context(SessionConfig::new());
     sql(&ctx, "CREATE TABLE src AS SELECT value AS id, value % 7 AS grp, value * 2 AS twice FROM generate_series(1, 3000)").await.unwrap();
-    let copy = format!(
-        "COPY (SELECT * FROM src) TO '{}' STORED AS OOODE OPTIONS ('ooode.clustering_key' 'id', \
-         'ooode.indexes' 'grp')",
-        t.display()
-    );
-    sql(&ctx, &copy).await.unwrap();
-    let create = format!(
-        "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
-        t.display()
-    );
-    sql(&ctx, &create).await.unwrap();
+    copy_src_to_t(
+        &ctx,
+        dir.path(),
+        "'ooode.clustering_key' 'id', 'ooode.indexes' 'grp'",
+    )
+    .await;
 
     let plan = ctx
         .sql("SELECT id, grp, twice FROM t")
@@ -193,4 +202,35 @@ async fn scan_statistics_for_join_planning() {
     assert_eq!(id.distinct_count, Precision::Inexact(3000));
     assert_eq!(grp.distinct_count, Precision::Inexact(7));
     assert_eq!(twice.distinct_count, Precision::Absent);
+}
+
+/// Index scans of a few rows feed their consumers directly; larger ones are spread over the
+/// partitions as DataFusion would; the rows are the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_index_scans_run_in_one_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
+    let src = "CREATE TABLE src AS SELECT value AS id, value % 7 AS grp, value % 1000 AS bucket \
+               FROM generate_series(1, 5000)";
+    sql(&ctx, src).await.unwrap();
+    let options = "'ooode.clustering_key' 'id', 'ooode.indexes' 'bucket', 'ooode.page_size' '4KiB'";
+    copy_src_to_t(&ctx, dir.path(), options).await;
+    sql(&ctx, "SET ooode.index_join = 'always'").await.unwrap();
+    // 5 rows (a projection of them feeds the aggregate), and 3000.
+    for (condition, spread) in [("bucket = 7", false), ("bucket < 600", true)] {
+        let query = |table: &str| {
+            format!("SELECT grp, count(*) FROM {table} WHERE {condition} GROUP BY grp ORDER BY grp")
+        };
+        let plan = sql(&ctx, &format!("EXPLAIN {}", query("t"))).await.unwrap();
+        assert!(plan.contains("IndexScanExec"), "{plan}");
+        assert_eq!(
+            plan.contains("RoundRobinBatch"),
+            spread,
+            "{condition}: {plan}"
+        );
+        assert_eq!(
+            sql(&ctx, &query("t")).await.unwrap(),
+            sql(&ctx, &query("src")).await.unwrap()
+        );
+    }
 }

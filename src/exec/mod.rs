@@ -18,6 +18,11 @@ pub mod metrics;
 pub mod probe;
 pub mod scan;
 
+/// Estimated output rows up to which an ooode node runs as one pipeline: one partition, no
+/// round-robin hop to spread its rows over cores. A point query's few rows gain nothing from
+/// more cores, and each hand-off between tasks adds a thread wake-up to its dependent reads.
+pub const ONE_PIPELINE_ROWS: usize = 256;
+
 pub use config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 pub use context::{OoodeRuntime, QueryIo};
 pub use index_join::{IndexJoinExec, IndexJoinKind, InnerSide};

@@ -39,7 +39,8 @@ pub struct Fig4Point {
     pub result: Vec<String>,
 }
 
-pub(crate) fn drop_os_cache() -> bool {
+/// Writes dirty pages and drops the OS page cache (root only); whether it worked.
+pub fn drop_os_cache() -> bool {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()

@@ -10,7 +10,8 @@ use datafusion::common::{JoinSide, Result, Statistics, internal_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+    Boundedness, ChildrenPropertiesMode, EmissionType, EvaluationType, ReplaceChildrenOptions,
+    SchedulingType,
 };
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
@@ -24,6 +25,7 @@ use datafusion::physical_plan::{
 
 use super::output::OutputSpec;
 use super::stream::{JoinWork, run};
+use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::context::{QueryIo, to_df};
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::{IoMetrics, TableIo};
@@ -148,10 +150,6 @@ pub struct IndexJoinExec {
     properties: Arc<PlanProperties>,
 }
 
-/// Estimated output below which a join runs as one pipeline (see
-/// `benefits_from_input_partitioning`): a point query's few rows, not a batch's worth of probes.
-const ONE_PIPELINE_ROWS: usize = 256;
-
 impl IndexJoinExec {
     /// A join of `outer` (keys `outer_keys`) with `inner`. Output columns: the outer input's,
     /// then (inner and left outer joins) the inner side's. `filter` is the original join's
@@ -187,12 +185,20 @@ impl IndexJoinExec {
             IndexJoinKind::Semi | IndexJoinKind::Anti => {}
         }
         let schema = Arc::new(Schema::new(fields));
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(outer.properties().partitioning.partition_count()),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = Arc::new(
+            PlanProperties::new(
+                EquivalenceProperties::new(schema.clone()),
+                Partitioning::UnknownPartitioning(
+                    outer.properties().partitioning.partition_count(),
+                ),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )
+            // Its work runs as a task of its own from `execute` on, and hands batches over a
+            // channel, which takes part in tokio's cooperative budget (as RepartitionExec's do).
+            .with_evaluation_type(EvaluationType::Eager)
+            .with_scheduling_type(SchedulingType::Cooperative),
+        );
         Ok(Self {
             outer,
             outer_keys,

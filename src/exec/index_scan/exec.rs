@@ -10,7 +10,8 @@ use datafusion::common::{Result, Statistics};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
+    Boundedness, ChildrenPropertiesMode, EmissionType, EvaluationType, ReplaceChildrenOptions,
+    SchedulingType,
 };
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -20,6 +21,7 @@ use datafusion::physical_plan::{
 };
 
 use super::stream::{ScanWork, run};
+use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::context::QueryIo;
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::{IoMetrics, TableIo};
@@ -78,12 +80,18 @@ impl IndexScanExec {
             Some(cols) => read_schema.project(cols)?,
             None => read_schema,
         });
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = Arc::new(
+            PlanProperties::new(
+                EquivalenceProperties::new(schema.clone()),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )
+            // Its work runs as a task of its own from `execute` on, and hands batches over a
+            // channel, which takes part in tokio's cooperative budget (as RepartitionExec's do).
+            .with_evaluation_type(EvaluationType::Eager)
+            .with_scheduling_type(SchedulingType::Cooperative),
+        );
         Ok(Self {
             table,
             name: name.into(),
@@ -111,6 +119,12 @@ impl IndexScanExec {
     /// What the optimizer expected the scan to cost.
     pub fn estimate(&self) -> ScanEstimate {
         self.estimate
+    }
+
+    /// Whether the scan is estimated small enough to run as one pipeline
+    /// ([`ONE_PIPELINE_ROWS`]).
+    pub fn one_pipeline(&self) -> bool {
+        self.estimate.rows <= ONE_PIPELINE_ROWS
     }
 
     /// The table read.
