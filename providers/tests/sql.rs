@@ -1,7 +1,10 @@
 //! ooode from SQL: COPY ... STORED AS OOODE with options, CREATE EXTERNAL TABLE, SET, and the
 //! errors a user meets.
 
+use std::sync::Arc;
+
 use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 async fn sql(ctx: &SessionContext, q: &str) -> datafusion::common::Result<String> {
@@ -232,5 +235,70 @@ async fn small_index_scans_run_in_one_partition() {
             sql(&ctx, &query("t")).await.unwrap(),
             sql(&ctx, &query("src")).await.unwrap()
         );
+    }
+}
+
+fn index_scans(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
+    if plan.is::<ooode::exec::IndexScanExec>() {
+        out.push(plan.clone());
+    }
+    for c in plan.children() {
+        index_scans(c, out);
+    }
+}
+
+/// Reads of the index scan in `plan` (there is one) so far.
+fn scan_reads(plan: &Arc<dyn ExecutionPlan>) -> u64 {
+    let mut scans = Vec::new();
+    index_scans(plan, &mut scans);
+    assert_eq!(scans.len(), 1, "one index scan expected");
+    let scan = scans[0]
+        .downcast_ref::<ooode::exec::IndexScanExec>()
+        .unwrap();
+    scan.io_metrics().snapshot().reads
+}
+
+/// Out of order, a small index scan reads its pages while the rest of the query is planned:
+/// by the time it runs they are in the pool, each read once. In order, nothing is read before
+/// the plan runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_index_scans_read_ahead_while_planning() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ooode_providers::ooode_context(SessionConfig::new());
+    let src = "CREATE TABLE src AS SELECT value AS id, value % 1000 AS bucket \
+               FROM generate_series(1, 5000)";
+    sql(&ctx, src).await.unwrap();
+    let options = "'ooode.clustering_key' 'id', 'ooode.indexes' 'bucket', 'ooode.page_size' '4KiB'";
+    copy_src_to_t(&ctx, dir.path(), options).await;
+    sql(&ctx, "SET ooode.index_join = 'always'").await.unwrap();
+    // Rows 7, 1007, ..., 4007: five heap pages of a table clustered by id.
+    let query = "SELECT id FROM t WHERE bucket = 7 ORDER BY id";
+    let want =
+        "+------+\n| id   |\n+------+\n| 7    |\n| 1007 |\n| 2007 |\n| 3007 |\n| 4007 |\n+------+";
+    let pool = ooode::exec::OoodeRuntime::get(&Default::default())
+        .pool()
+        .clone();
+    for (mode, read_ahead) in [("out_of_order", 5), ("in_order", 0)] {
+        sql(&ctx, &format!("SET ooode.execution_mode = '{mode}'"))
+            .await
+            .unwrap();
+        pool.clear();
+        let plan = ctx
+            .sql(query)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while scan_reads(&plan) < read_ahead && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(scan_reads(&plan), read_ahead, "{mode}: read before running");
+        let batches = datafusion::physical_plan::collect(plan.clone(), ctx.task_ctx())
+            .await
+            .unwrap();
+        assert_eq!(pretty_format_batches(&batches).unwrap().to_string(), want);
+        assert_eq!(scan_reads(&plan), 5, "{mode}: every page read once");
     }
 }

@@ -15,15 +15,33 @@ use super::context::{QueryIo, to_df};
 use crate::io::{IoMetrics, PageBuf, TableIo};
 use crate::storage::btree::{KeyRange, RangeCursor, RowId};
 
-/// Counters a step reports to: the plan node's and the query's.
+/// Counters a step reports to (the plan node's and the query's), and how its reads wait.
 #[derive(Debug, Clone)]
-pub struct StepMetrics(pub [Arc<IoMetrics>; 2]);
+pub struct StepMetrics {
+    /// The node's counters, then the query's.
+    pub counters: [Arc<IoMetrics>; 2],
+    /// Whether the steps' caller does nothing but wait for them, so that a permit a step holds
+    /// goes back as soon as its read completes: its reads then need no task of their own (see
+    /// [`with_permit`]).
+    always_polled: bool,
+}
 
 impl StepMetrics {
-    /// Counters of `node` within `query`.
+    /// Counters of `node` within `query`, for steps of an operator.
     pub fn new(node: Arc<IoMetrics>, query: &QueryIo) -> Self {
         query.register_node(&node);
-        Self([node, query.metrics.clone()])
+        Self {
+            counters: [node, query.metrics.clone()],
+            always_polled: false,
+        }
+    }
+
+    /// The same, for steps whose caller does nothing but wait for them (a read-ahead task).
+    pub fn always_polled(self) -> Self {
+        Self {
+            always_polled: true,
+            ..self
+        }
     }
 }
 
@@ -34,11 +52,22 @@ impl StepMetrics {
 /// not being polled (its operator waits for room in its output channel) would be held
 /// hostage while the operators downstream, which must run to make that room, wait for it.
 /// A dropped step aborts its task; an aborted read is finished and recycled by the engine.
+/// Steps whose caller only ever waits for them ([`StepMetrics::always_polled`]) cannot hold a
+/// permit hostage: they wait for it and read themselves, a task and a wake-up less per read.
 async fn with_permit<F>(query: &Arc<QueryIo>, metrics: &StepMetrics, read: F) -> Result<PageBuf>
 where
     F: std::future::Future<Output = crate::storage::Result<PageBuf>> + Send + 'static,
 {
-    let (query, node) = (query.clone(), metrics.0[0].clone());
+    let (query, node) = (query.clone(), metrics.counters[0].clone());
+    if metrics.always_polled {
+        let _permit = query.permits.acquire().await.map_err(|e| {
+            to_df(crate::storage::StorageError::Input(format!(
+                "read budget closed: {e}"
+            )))
+        })?;
+        query.note_read(&node);
+        return read.await.map_err(to_df);
+    }
     let task = AbortOnDrop(tokio::spawn(async move {
         let _permit =
             query.permits.clone().acquire_owned().await.map_err(|e| {
@@ -92,13 +121,13 @@ pub async fn lookup(
     let mut out = Vec::new();
     while let Some(page_no) = cursor.next_page() {
         // Cached pages (the upper B+tree levels, mostly) cost neither a permit nor a task.
-        if let Some(page) = table.cached_index_page(index, page_no, &metrics.0) {
+        if let Some(page) = table.cached_index_page(index, page_no, &metrics.counters) {
             cursor.feed(&page, &file, &mut out).map_err(to_df)?;
             continue;
         }
         let (t, m) = (table.clone(), metrics.clone());
         let page = with_permit(query, metrics, async move {
-            t.index_page(index, page_no, &m.0).await
+            t.index_page(index, page_no, &m.counters).await
         })
         .await?;
         cursor.feed(&page, &file, &mut out).map_err(to_df)?;
@@ -113,15 +142,13 @@ pub async fn heap_page(
     query: &Arc<QueryIo>,
     metrics: &StepMetrics,
 ) -> Result<PageBuf> {
-    if let Some(page) = table.cached_heap_page(page_no, &metrics.0) {
+    if let Some(page) = table.cached_heap_page(page_no, &metrics.counters) {
         return Ok(page);
     }
     let (t, m) = (table.clone(), metrics.clone());
-    with_permit(
-        query,
-        metrics,
-        async move { t.heap_page(page_no, &m.0).await },
-    )
+    with_permit(query, metrics, async move {
+        t.heap_page(page_no, &m.counters).await
+    })
     .await
 }
 

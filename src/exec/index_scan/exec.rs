@@ -20,7 +20,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
-use super::stream::{ScanWork, run};
+use super::stream::{ScanWork, prefetch, run};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::context::QueryIo;
 use crate::exec::metrics::{NodeMetrics, Published};
@@ -55,6 +55,8 @@ pub struct IndexScanExec {
     /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
     node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
+    /// Set once the read-ahead has started (see [`IndexScanExec::start_prefetch`]).
+    prefetching: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl IndexScanExec {
@@ -108,7 +110,39 @@ impl IndexScanExec {
             metrics: ExecutionPlanMetricsSet::new(),
             node_metrics: Default::default(),
             properties,
+            prefetching: Default::default(),
         })
+    }
+
+    /// Starts reading the scan's pages into the buffer pool (see
+    /// [`prefetch`](super::stream::prefetch)), counted as this node's reads, unless that has
+    /// started already or there is no tokio runtime to run it. The read-ahead is not tied to
+    /// the plan's lifetime: it holds the query's read permits while it reads, and finishes
+    /// what it started even if the plan is dropped (it is meant for a few pages).
+    pub fn start_prefetch(&self) {
+        use std::sync::atomic::Ordering::AcqRel;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.prefetching.swap(true, AcqRel) {
+            // The outcome is the scan's to find: a failed read is not cached, so the scan
+            // reads the page again and reports the error itself.
+            drop(runtime.spawn(prefetch(self.work())));
+        }
+    }
+
+    fn work(&self) -> ScanWork {
+        ScanWork {
+            table: self.table.clone(),
+            node_io: self.io.clone(),
+            index: self.index,
+            sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
+            ranges: self.ranges.clone(),
+            read_columns: self.read_columns.clone(),
+            predicate: self.predicate.clone(),
+            output: self.output.clone(),
+            query: self.query.clone(),
+        }
     }
 
     /// The node's I/O counters.
@@ -227,20 +261,10 @@ impl ExecutionPlan for IndexScanExec {
             .node_metrics
             .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
             .clone();
-        let work = ScanWork {
-            table: self.table.clone(),
-            index: self.index,
-            sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
-            ranges: self.ranges.clone(),
-            read_columns: self.read_columns.clone(),
-            predicate: self.predicate.clone(),
-            output: self.output.clone(),
-            query: self.query.clone(),
-            node: node.clone(),
-        };
+        let work = self.work();
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
-        builder.spawn(async move { run(work, tx).await });
+        builder.spawn(run(work, node.clone(), tx));
         let stream = builder.build();
         Ok(Box::pin(
             datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(

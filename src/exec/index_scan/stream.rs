@@ -9,6 +9,9 @@
 //! All jobs live in one `FuturesUnordered`: whichever read completes first has its step run
 //! first, and a finished lookup adds its fetch jobs at once, so lookups and fetches overlap.
 //! Reads in flight are bounded by the query's budget, not by the number of jobs.
+//!
+//! A small scan's pages can be read ahead at planning time ([`prefetch`]: the same lookups
+//! and reads, into the buffer pool, without decoding); the scan then finds them there.
 
 use std::sync::Arc;
 
@@ -24,12 +27,14 @@ use tokio::sync::mpsc::Sender;
 use crate::exec::context::QueryIo;
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::probe::{StepMetrics, decode_rows, group_by_page, heap_page, lookup};
-use crate::io::TableIo;
+use crate::io::{IoMetrics, TableIo};
 use crate::storage::btree::KeyRange;
 
 /// What the scan needs to run.
 pub struct ScanWork {
     pub table: Arc<TableIo>,
+    /// The scan node's I/O counters.
+    pub node_io: Arc<IoMetrics>,
     pub index: usize,
     pub sparse: bool,
     pub ranges: Vec<KeyRange>,
@@ -37,31 +42,67 @@ pub struct ScanWork {
     pub predicate: Arc<dyn PhysicalExpr>,
     pub output: Option<Vec<usize>>,
     pub query: Arc<QueryIo>,
-    pub node: NodeMetrics,
 }
 
 enum Done {
+    /// A lookup's row ids.
     RowIds(Vec<u64>),
+    /// A page's rows that passed the predicate.
     Rows(RecordBatch),
+    /// A page read into the pool (prefetch).
+    Read,
 }
 
-/// Runs the scan, sending batches to `tx` as pages complete.
-pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
-    let w = Arc::new(work);
-    let steps = StepMetrics::new(w.node.io.clone(), &w.query);
-    let mut jobs: FuturesUnordered<BoxFuture<'static, Result<Done>>> = FuturesUnordered::new();
-    w.node.add_probes(w.ranges.len());
-    for range in w.ranges.iter().cloned() {
-        let (w, steps) = (w.clone(), steps.clone());
-        jobs.push(
+/// The scan's lookups, as jobs that return the row ids they find.
+fn lookups(
+    w: &Arc<ScanWork>,
+    steps: &StepMetrics,
+) -> FuturesUnordered<BoxFuture<'static, Result<Done>>> {
+    w.ranges
+        .iter()
+        .cloned()
+        .map(|range| {
+            let (w, steps) = (w.clone(), steps.clone());
             async move {
                 Ok(Done::RowIds(
                     lookup(&w.table, w.index, range, &w.query, &steps).await?,
                 ))
             }
-            .boxed(),
-        );
+            .boxed()
+        })
+        .collect()
+}
+
+/// Reads the pages the scan will read into the buffer pool, without decoding them: started at
+/// planning time, so the reads overlap the rest of planning, and the scan then finds its
+/// pages cached or being read (one read each: the pool shares reads in flight).
+pub async fn prefetch(work: ScanWork) -> Result<()> {
+    let w = Arc::new(work);
+    let steps = StepMetrics::new(w.node_io.clone(), &w.query).always_polled();
+    let mut jobs = lookups(&w, &steps);
+    while let Some(done) = jobs.next().await {
+        if let Done::RowIds(ids) = done? {
+            for (page_no, _) in group_by_page(&ids) {
+                let (w, steps) = (w.clone(), steps.clone());
+                jobs.push(
+                    async move {
+                        heap_page(&w.table, page_no, &w.query, &steps).await?;
+                        Ok(Done::Read)
+                    }
+                    .boxed(),
+                );
+            }
+        }
     }
+    Ok(())
+}
+
+/// Runs the scan, sending batches to `tx` as pages complete.
+pub async fn run(work: ScanWork, node: NodeMetrics, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+    let w = Arc::new(work);
+    let steps = StepMetrics::new(w.node_io.clone(), &w.query);
+    node.add_probes(w.ranges.len());
+    let mut jobs = lookups(&w, &steps);
     while let Some(done) = jobs.next().await {
         match done? {
             Done::RowIds(ids) => {
@@ -91,6 +132,7 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
                     return Ok(());
                 }
             }
+            Done::Read => {}
         }
     }
     Ok(())
