@@ -10,11 +10,9 @@ use crate::storage::{IndexHandle, Table};
 /// (compressed, and a scan reads only its columns, so this is an upper bound), else the heap.
 pub fn scan_pages(table: &Table) -> f64 {
     let m = table.manifest();
-    let columnar = m
-        .columnar
-        .as_ref()
-        .and_then(|f| std::fs::metadata(table.dir().join(f)).ok())
-        .map(|meta| meta.len() as f64 / m.page_size as f64);
+    let columnar = table
+        .columnar_bytes()
+        .map(|bytes| bytes as f64 / m.page_size as f64);
     columnar.unwrap_or(m.heap_pages as f64).max(1.0)
 }
 

@@ -60,6 +60,8 @@ pub struct Table {
     codec: HeapCodec,
     heap: SegmentReader,
     indexes: Vec<IndexHandle>,
+    /// Size of the columnar (Parquet) copy when the table was opened, if it has one.
+    columnar_bytes: Option<u64>,
 }
 
 impl Table {
@@ -95,16 +97,23 @@ impl Table {
             stripe_pages: (manifest.stripe_unit / manifest.page_size) as u64,
         };
         let heap = SegmentReader::open(HEAP_SEGMENT, striping.clone(), manifest.heap_pages)?;
-        if let Some(columnar) = &manifest.columnar {
-            let path = dir.join(columnar);
-            if !path.is_file() {
-                return Err(StorageError::io(
-                    &path,
-                    "open the columnar copy",
-                    std::io::Error::from(std::io::ErrorKind::NotFound),
-                ));
+        let columnar_bytes = match &manifest.columnar {
+            Some(columnar) => {
+                let path = dir.join(columnar);
+                match std::fs::metadata(&path) {
+                    Ok(meta) if meta.is_file() => Some(meta.len()),
+                    Ok(_) => {
+                        return Err(StorageError::io(
+                            &path,
+                            "open the columnar copy",
+                            std::io::Error::from(std::io::ErrorKind::NotFound),
+                        ));
+                    }
+                    Err(e) => return Err(StorageError::io(&path, "open the columnar copy", e)),
+                }
             }
-        }
+            None => None,
+        };
         let indexes = manifest
             .indexes
             .iter()
@@ -122,7 +131,14 @@ impl Table {
             codec,
             heap,
             indexes,
+            columnar_bytes,
         })
+    }
+
+    /// Size in bytes of the table's columnar (Parquet) copy, if it has one (tables are
+    /// immutable: a table loaded again is opened again).
+    pub fn columnar_bytes(&self) -> Option<u64> {
+        self.columnar_bytes
     }
 
     /// Table directory.
