@@ -142,13 +142,20 @@ async fn concurrent_queries_cancellation_and_faults() {
         "{err}"
     );
     assert_eq!(sorted_rows(&intact.unwrap()).unwrap(), want[0]);
-    let plan = c
-        .sql(QUERIES[1])
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
-    let err = collect(plan, c.task_ctx()).await.unwrap_err().to_string();
-    assert!(err.contains("orders") && err.contains("checksum"), "{err}");
+    // A month of orders is a small index scan, read ahead while it is planned: the damaged
+    // page fails the query, not the read-ahead alone, and is not cached for the next run.
+    for run in 0..2 {
+        let plan = c
+            .sql(QUERIES[1])
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let err = collect(plan, c.task_ctx()).await.unwrap_err().to_string();
+        assert!(
+            err.contains("orders") && err.contains("checksum"),
+            "run {run}: {err}"
+        );
+    }
 }
