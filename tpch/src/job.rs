@@ -58,7 +58,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
     let paper_queries = crate::paper::load_queries(&queries.join("paper"), sf)?;
     let paper = runtime.block_on(crate::paper::run(data, &paper_queries, limit))?;
     println!(
-        "\nThe paper's TPC-H-like queries, SF {sf} (ooode with index plans, `always`; select. = share\nof the driving table the query's condition picks, measured):\n{}",
+        "\nThe paper's TPC-H-like queries, SF {sf} (ooo, in-order: ooode with index plans, `always`;\nauto: ooode's cost-based rule; select. = share of the driving table the query's condition\npicks, measured):\n{}",
         crate::paper::format_report(&paper)
     );
     if !paper.parquet_cold_is_cold {

@@ -1,6 +1,7 @@
 //! The paper's TPC-H-like queries Q3', Q4', Q5', Q7', Q9', Q17' (`queries/paper/*.sql`): each
-//! run by ooode out of order, ooode in order (both with index plans, `always`) and stock
-//! DataFusion on Parquet, in three cache states, results checked equal.
+//! run by ooode out of order, ooode in order (both with index plans, `always`), ooode with the
+//! cost-based rule (`auto`: what a user gets) and stock DataFusion on Parquet, in three cache
+//! states, results checked equal.
 //!
 //! Cache states, after the PostgreSQL SSD study the project follows:
 //! - cold: ooode's buffer pool emptied (reads are O_DIRECT); the OS page cache dropped before
@@ -27,7 +28,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub const PAPER_QUERIES: [&str; 6] = ["q3p", "q4p", "q5p", "q7p", "q9p", "q17p"];
 
 /// The engines compared.
-pub const ENGINES: [&str; 3] = ["ooode out_of_order", "ooode in_order", "datafusion parquet"];
+pub const ENGINES: [&str; 4] = [
+    "ooode out_of_order",
+    "ooode in_order",
+    "datafusion parquet",
+    "ooode auto",
+];
 
 /// The cache states.
 pub const CACHES: [&str; 3] = ["cold", "hot", "cross"];
@@ -156,9 +162,12 @@ pub async fn run(
             let parquet = engine == "datafusion parquet";
             let ctx = if parquet { &stock } else { &ooode };
             if !parquet {
-                let mode = engine.trim_start_matches("ooode ");
+                let (mode, rule) = match engine.trim_start_matches("ooode ") {
+                    "auto" => ("out_of_order", "auto"),
+                    mode => (mode, "always"),
+                };
                 run_sql(ctx, &format!("SET ooode.execution_mode = '{mode}'")).await?;
-                run_sql(ctx, "SET ooode.index_join = 'always'").await?;
+                run_sql(ctx, &format!("SET ooode.index_join = '{rule}'")).await?;
             }
             let empty_caches = || {
                 pool.clear();
@@ -263,38 +272,46 @@ pub fn format_report(report: &PaperReport) -> String {
         _ => "-".into(),
     };
     let mut out = format!(
-        "{:<5} {:>8} {:<5} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9}  {}\n",
+        "{:<5} {:>8} {:<5} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}  {}\n",
         "query",
         "select.",
         "cache",
         "ooo s",
         "in-order s",
         "parquet s",
+        "auto s",
         "in-o/ooo",
         "parq/ooo",
         "ooo IOPS",
+        "parq/auto",
         "same"
     );
     for (q, sel) in &report.selectivity {
         for c in CACHES {
-            let (ooo, ino, parq) = (
+            let (ooo, ino, parq, auto) = (
                 get(q, ENGINES[0], c),
                 get(q, ENGINES[1], c),
                 get(q, ENGINES[2], c),
+                get(q, ENGINES[3], c),
             );
-            let same = [ooo, ino, parq].iter().flatten().all(|p| p.same_result);
+            let same = [ooo, ino, parq, auto]
+                .iter()
+                .flatten()
+                .all(|p| p.same_result);
             out += &format!(
-                "{:<5} {:>7.3}% {:<5} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9}  {}\n",
+                "{:<5} {:>7.3}% {:<5} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}  {}\n",
                 q,
                 sel * 100.0,
                 c,
                 f(secs(ooo)),
                 f(secs(ino)),
                 f(secs(parq)),
+                f(secs(auto)),
                 ratio(secs(ino), secs(ooo)),
                 ratio(secs(parq), secs(ooo)),
                 ooo.and_then(|p| p.iops)
                     .map_or("-".into(), |v| format!("{v:.0}")),
+                ratio(secs(parq), secs(auto)),
                 if same { "yes" } else { "NO <<<<<<" }
             );
         }
