@@ -7,13 +7,14 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::stats::Precision;
-use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::common::{DFSchema, DataFusionError, Result, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use ooode::exec::context::to_df;
 use ooode::exec::{OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo};
+use ooode::optimizer::read_ahead;
 use ooode::storage::Table;
 
 /// A table stored in the ooode format.
@@ -157,7 +158,7 @@ impl TableProvider for OoodeTable {
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let config = ooode_config(state);
@@ -171,13 +172,30 @@ impl TableProvider for OoodeTable {
             ooode::exec::ExecutionMode::OutOfOrder => state.config().target_partitions(),
         };
         let columnar_file = table.table().manifest().columnar.clone();
+        let query = QueryIo::new(&config);
         let scan = OoodeScanExec::new(
-            table,
+            table.clone(),
             self.name.clone(),
             projection.clone(),
             partitions,
-            QueryIo::new(&config),
+            query.clone(),
         )?;
+        // A filter that makes this a small index scan: its pages are read while the rest of
+        // the query is planned. A filter that cannot be planned here is left to the FilterExec.
+        let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned())
+            .and_then(|f| {
+                let schema = DFSchema::try_from(self.schema.clone()).ok()?;
+                state.create_physical_expr(f, &schema).ok()
+            });
+        if let Some(predicate) = predicate {
+            read_ahead(
+                &table,
+                &predicate,
+                &config,
+                scan.io_metrics().clone(),
+                query,
+            )?;
+        }
         match columnar_file {
             Some(file) if config.columnar_scan => {
                 let parquet = self

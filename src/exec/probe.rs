@@ -13,7 +13,7 @@ use datafusion::common::Result;
 
 use super::context::{QueryIo, to_df};
 use crate::io::{IoMetrics, PageBuf, TableIo};
-use crate::storage::btree::{KeyRange, RangeCursor, RowId};
+use crate::storage::btree::{CountCursor, KeyRange, RangeCursor, RowId};
 
 /// Counters a step reports to (the plan node's and the query's), and how its reads wait.
 #[derive(Debug, Clone)]
@@ -133,6 +133,34 @@ pub async fn lookup(
         cursor.feed(&page, &file, &mut out).map_err(to_df)?;
     }
     Ok(out)
+}
+
+/// Entries of the `index`-th index of `table` in `range`: two descents, reading the pages they
+/// need as [`lookup`] does (the inner nodes are usually pinned, so a leaf or two).
+pub async fn count(
+    table: &Arc<TableIo>,
+    index: usize,
+    range: &KeyRange,
+    query: &Arc<QueryIo>,
+    metrics: &StepMetrics,
+) -> Result<u64> {
+    let handle = &table.table().indexes()[index];
+    let file = handle.segment.file_of(0).to_path_buf();
+    let mut cursor = CountCursor::new(&handle.meta.tree, range);
+    while let Some(page_no) = cursor.next_page() {
+        let page = match table.cached_index_page(index, page_no, &metrics.counters) {
+            Some(page) => page,
+            None => {
+                let (t, m) = (table.clone(), metrics.clone());
+                with_permit(query, metrics, async move {
+                    t.index_page(index, page_no, &m.counters).await
+                })
+                .await?
+            }
+        };
+        cursor.feed(&page, &file).map_err(to_df)?;
+    }
+    Ok(cursor.count().unwrap_or(0))
 }
 
 /// Heap page `page_no` of `table`.

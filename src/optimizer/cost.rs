@@ -19,7 +19,8 @@ pub fn scan_pages(table: &Table) -> f64 {
 /// At most this many ranges are counted exactly; the rest are extrapolated.
 const COUNTED_RANGES: usize = 32;
 
-/// Estimated rows and page reads of an index scan over `ranges`.
+/// Estimated rows and page reads of an index scan over `ranges`, counting entries now (see
+/// [`TableIo::count_entries_now`]).
 pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -> ScanEstimate {
     let table = io.table();
     let Some(index) = table.indexes().get(index_no) else {
@@ -28,21 +29,44 @@ pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -
             pages: usize::MAX,
         };
     };
+    let entries = counted_ranges(ranges)
+        .iter()
+        // A failed count (damaged index) makes the estimate large: the scan is kept.
+        .map(|r| {
+            io.count_entries_now(index_no, r)
+                .unwrap_or(index.meta.tree.entries)
+        })
+        .sum();
+    estimate_from_counts(table, index_no, ranges.len(), entries)
+}
+
+/// The ranges whose entries are counted exactly (the others are extrapolated from them).
+pub fn counted_ranges(ranges: &[KeyRange]) -> &[KeyRange] {
+    &ranges[..ranges.len().min(COUNTED_RANGES)]
+}
+
+/// The estimate of an index scan over `ranges` ranges of index `index_no` whose
+/// [`counted_ranges`] hold `entries` entries.
+pub fn estimate_from_counts(
+    table: &Table,
+    index_no: usize,
+    ranges: usize,
+    entries: u64,
+) -> ScanEstimate {
+    let Some(index) = table.indexes().get(index_no) else {
+        return ScanEstimate {
+            rows: usize::MAX,
+            pages: usize::MAX,
+        };
+    };
     let m = table.manifest();
     let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
-    let counted = ranges.len().min(COUNTED_RANGES);
-    let mut entries = 0u64;
-    for r in &ranges[..counted] {
-        // A failed count (damaged index) makes the estimate large: the scan is kept.
-        entries += io
-            .count_entries_now(index_no, r)
-            .unwrap_or(index.meta.tree.entries);
-    }
-    let entries = entries as f64 * ranges.len() as f64 / counted.max(1) as f64;
-    let descents = ranges.len() * index.meta.tree.height as usize;
+    let counted = ranges.min(COUNTED_RANGES);
+    let entries = entries as f64 * ranges as f64 / counted.max(1) as f64;
+    let descents = ranges * index.meta.tree.height as usize;
     if index.meta.is_sparse() {
         // Entries are pages; one more page per range where the range starts mid-page.
-        let pages = entries + ranges.len() as f64;
+        let pages = entries + ranges as f64;
         ScanEstimate {
             rows: (pages * rows_per_page) as usize,
             pages: pages as usize + descents,

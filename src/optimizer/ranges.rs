@@ -15,9 +15,9 @@ use datafusion::physical_expr::expressions::{BinaryExpr, Column, InListExpr, Lit
 use datafusion::physical_expr::utils::split_conjunction;
 
 use crate::exec::context::to_df;
-use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
 use crate::storage::key::prefix_successor;
+use crate::storage::{KeyEncoder, Table};
 
 /// Conditions on one column.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +157,40 @@ pub fn key_ranges(bounds: &ColumnBounds, field: &FieldRef) -> Result<Vec<KeyRang
         Bound::Excluded(v) => Bound::Excluded(encode(v)?),
     };
     Ok(vec![KeyRange { lower, upper }])
+}
+
+/// An index whose first column a predicate bounds.
+#[derive(Debug, Clone)]
+pub struct IndexCandidate {
+    /// The index (position in the manifest).
+    pub index: usize,
+    /// Key ranges that hold every row the predicate can keep.
+    pub ranges: Vec<KeyRange>,
+    /// The predicate's conditions on the index's first column.
+    pub bounds: ColumnBounds,
+}
+
+/// The indexes of `table` whose first column `predicate` bounds. `position` maps a table
+/// column to its position among the predicate's input columns (None: not among them).
+pub fn index_candidates(
+    table: &Table,
+    predicate: &Arc<dyn PhysicalExpr>,
+    position: impl Fn(usize) -> Option<usize>,
+) -> Result<Vec<IndexCandidate>> {
+    let mut out = Vec::new();
+    for (index, idx) in table.indexes().iter().enumerate() {
+        let first = table.schema().index_of(&idx.meta.columns[0])?;
+        let Some(bounds) = position(first).and_then(|pos| column_bounds(predicate, pos)) else {
+            continue;
+        };
+        let ranges = key_ranges(&bounds, &table.schema().fields()[first])?;
+        out.push(IndexCandidate {
+            index,
+            ranges,
+            bounds,
+        });
+    }
+    Ok(out)
 }
 
 /// A short description of bounds for plans.

@@ -11,16 +11,11 @@
 //! wherever one fits; `auto` uses one when its estimated page reads are below
 //! `ooode.index_cost_ratio` times the pages a full scan of the table reads. Estimates come
 //! from exact B+tree range counts and the outer input's row estimate.
-//!
-//! Out of order, the small index scans of the final plan start reading their pages into the
-//! buffer pool before the rule returns, so their reads overlap the rest of planning. Fig. 4 at
-//! `N = 1`, SF 1, cold, release build, read-ahead on / off alternating (medians): execution
-//! 0.519 -> 0.326 ms, planning 0.976 -> 0.990 ms; hot, 1.000 -> 1.006 ms in all.
 
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{JoinSide, JoinType, NullEquality, Result};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
@@ -32,18 +27,12 @@ use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
 use super::cost::{index_scan_estimate, probe_estimate, scan_pages};
-use super::ranges::{column_bounds, describe, key_ranges};
+use super::ranges::{IndexCandidate, describe, index_candidates};
 use crate::exec::{
     ExecutionMode, IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide,
     OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo, ScanEstimate,
 };
 use crate::io::TableIo;
-
-/// Index scans estimated to read at most this many pages start reading at planning time
-/// ([`IndexScanExec::start_prefetch`]). A point query's reads then overlap the rest of its
-/// planning; a larger scan's reads take far longer than planning does, so there is little to
-/// hide, and reading ahead would hold the query's read budget before it runs.
-const PREFETCH_PAGES: usize = 256;
 
 /// The ooode physical optimizer rule.
 #[derive(Debug, Default)]
@@ -163,39 +152,43 @@ impl Planner<'_> {
         let counter = OoodeRuntime::get(self.config)
             .table(table.dir(), ExecutionMode::InOrder, self.config.direct_io)
             .unwrap_or_else(|_| scan.table().clone());
-        let mut best: Option<(usize, Vec<_>, String, ScanEstimate)> = None;
-        for (i, idx) in table.indexes().iter().enumerate() {
-            let first = table.schema().index_of(&idx.meta.columns[0])?;
-            let Some(pos) = scan.projection().iter().position(|&c| c == first) else {
-                continue;
-            };
-            let Some(bounds) = column_bounds(filter.predicate(), pos) else {
-                continue;
-            };
-            let ranges = key_ranges(&bounds, &table.schema().fields()[first])?;
-            let estimate = index_scan_estimate(&counter, i, &ranges);
-            if best.as_ref().is_none_or(|b| estimate.pages < b.3.pages) {
-                best = Some((i, ranges, describe(&bounds, &idx.meta.columns[0]), estimate));
-            }
-        }
-        let Some((index, ranges, text, estimate)) = best else {
+        let candidates = index_candidates(table, filter.predicate(), |c| {
+            scan.projection().iter().position(|&p| p == c)
+        })?;
+        let best = candidates
+            .into_iter()
+            .map(|c| (index_scan_estimate(&counter, c.index, &c.ranges), c))
+            .min_by_key(|(estimate, _)| estimate.pages);
+        let Some((
+            estimate,
+            IndexCandidate {
+                index,
+                ranges,
+                bounds,
+            },
+        )) = best
+        else {
             return Ok(None);
         };
+        let text = describe(&bounds, &table.indexes()[index].meta.columns[0]);
         if !self.wants(estimate.pages as f64, scan_pages(table)) {
             return Ok(None);
         }
-        Ok(Some(Arc::new(IndexScanExec::try_new(
-            scan.table().clone(),
-            scan.table_name(),
-            index,
-            ranges,
-            text,
-            scan.projection().to_vec(),
-            filter.predicate().clone(),
-            filter.projection().as_ref().map(|p| p.to_vec()),
-            estimate,
-            self.query.clone(),
-        )?)))
+        Ok(Some(Arc::new(
+            IndexScanExec::try_new(
+                scan.table().clone(),
+                scan.table_name(),
+                index,
+                ranges,
+                text,
+                scan.projection().to_vec(),
+                filter.predicate().clone(),
+                filter.projection().as_ref().map(|p| p.to_vec()),
+                estimate,
+                self.query.clone(),
+            )?
+            .with_io(scan.io_metrics().clone()),
+        )))
     }
 
     /// HashJoinExec with an indexed ooode table on one side -> IndexJoinExec.
@@ -424,42 +417,28 @@ impl PhysicalOptimizerRule for OoodeIndexRule {
             config: ooode,
             query: QueryIo::new(ooode),
         };
-        let plan = plan
-            .transform_up(|node| {
-                if let Some(scan) = node.downcast_ref::<OoodeScanExec>() {
-                    return Ok(Transformed::yes(
-                        Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>,
-                    ));
-                }
-                if ooode.index_join == IndexJoinMode::Never {
-                    return Ok(Transformed::no(node));
-                }
-                if let Some(filter) = node.downcast_ref::<FilterExec>()
-                    && let Some(new) = planner.index_scan(filter)?
-                {
-                    return Ok(Transformed::yes(new));
-                }
-                if let Some(join) = node.downcast_ref::<HashJoinExec>()
-                    && let Some(new) = planner.index_join(join)?
-                {
-                    return Ok(Transformed::yes(new));
-                }
-                Ok(Transformed::no(node))
-            })?
-            .data;
-        // The rest of planning takes a few hundred microseconds: the small scans that stayed
-        // in the plan read meanwhile. In order, reads wait for the plan, one at a time.
-        if ooode.execution_mode == ExecutionMode::OutOfOrder {
-            plan.apply(|node| {
-                if let Some(scan) = node.downcast_ref::<IndexScanExec>()
-                    && scan.estimate().pages <= PREFETCH_PAGES
-                {
-                    scan.start_prefetch();
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })?;
-        }
-        Ok(plan)
+        plan.transform_up(|node| {
+            if let Some(scan) = node.downcast_ref::<OoodeScanExec>() {
+                return Ok(Transformed::yes(
+                    Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>,
+                ));
+            }
+            if ooode.index_join == IndexJoinMode::Never {
+                return Ok(Transformed::no(node));
+            }
+            if let Some(filter) = node.downcast_ref::<FilterExec>()
+                && let Some(new) = planner.index_scan(filter)?
+            {
+                return Ok(Transformed::yes(new));
+            }
+            if let Some(join) = node.downcast_ref::<HashJoinExec>()
+                && let Some(new) = planner.index_join(join)?
+            {
+                return Ok(Transformed::yes(new));
+            }
+            Ok(Transformed::no(node))
+        })
+        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {

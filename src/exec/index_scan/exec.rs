@@ -20,7 +20,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
-use super::stream::{ScanWork, prefetch, run};
+use super::stream::{ScanPages, ScanWork, run};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::context::QueryIo;
 use crate::exec::metrics::{NodeMetrics, Published};
@@ -55,8 +55,6 @@ pub struct IndexScanExec {
     /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
     node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
-    /// Set once the read-ahead has started (see [`IndexScanExec::start_prefetch`]).
-    prefetching: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl IndexScanExec {
@@ -110,38 +108,29 @@ impl IndexScanExec {
             metrics: ExecutionPlanMetricsSet::new(),
             node_metrics: Default::default(),
             properties,
-            prefetching: Default::default(),
         })
     }
 
-    /// Starts reading the scan's pages into the buffer pool (see
-    /// [`prefetch`](super::stream::prefetch)), counted as this node's reads, unless that has
-    /// started already or there is no tokio runtime to run it. The read-ahead is not tied to
-    /// the plan's lifetime: it holds the query's read permits while it reads, and finishes
-    /// what it started even if the plan is dropped (it is meant for a few pages).
-    pub fn start_prefetch(&self) {
-        use std::sync::atomic::Ordering::AcqRel;
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if !self.prefetching.swap(true, AcqRel) {
-            // The outcome is the scan's to find: a failed read is not cached, so the scan
-            // reads the page again and reports the error itself.
-            drop(runtime.spawn(prefetch(self.work())));
-        }
+    /// The same scan, counting its reads in `io` (the counters of the scan it replaces, which
+    /// may have read ahead while the query was planned: EXPLAIN ANALYZE then shows those
+    /// reads too).
+    pub fn with_io(self, io: Arc<IoMetrics>) -> Self {
+        Self { io, ..self }
     }
 
     fn work(&self) -> ScanWork {
         ScanWork {
-            table: self.table.clone(),
-            node_io: self.io.clone(),
-            index: self.index,
+            pages: Arc::new(ScanPages {
+                table: self.table.clone(),
+                index: self.index,
+                ranges: self.ranges.clone(),
+                query: self.query.clone(),
+                node_io: self.io.clone(),
+            }),
             sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
-            ranges: self.ranges.clone(),
             read_columns: self.read_columns.clone(),
             predicate: self.predicate.clone(),
             output: self.output.clone(),
-            query: self.query.clone(),
         }
     }
 

@@ -5,3 +5,4 @@ mod exec;
 mod stream;
 
 pub use exec::{IndexScanExec, ScanEstimate};
+pub use stream::{ScanPages, prefetch};

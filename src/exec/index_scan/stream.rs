@@ -10,8 +10,8 @@
 //! first, and a finished lookup adds its fetch jobs at once, so lookups and fetches overlap.
 //! Reads in flight are bounded by the query's budget, not by the number of jobs.
 //!
-//! A small scan's pages can be read ahead at planning time ([`prefetch`]: the same lookups
-//! and reads, into the buffer pool, without decoding); the scan then finds them there.
+//! A small scan's pages can be read ahead while the query is planned ([`prefetch`]: the same
+//! lookups and reads, into the buffer pool, without decoding); the scan then finds them there.
 
 use std::sync::Arc;
 
@@ -30,18 +30,28 @@ use crate::exec::probe::{StepMetrics, decode_rows, group_by_page, heap_page, loo
 use crate::io::{IoMetrics, TableIo};
 use crate::storage::btree::KeyRange;
 
-/// What the scan needs to run.
-pub struct ScanWork {
+/// Where a scan's pages are (an index of a table, key ranges in it), and the budget and
+/// counters its reads go under.
+pub struct ScanPages {
+    /// The table.
     pub table: Arc<TableIo>,
+    /// Its index read (position in the manifest).
+    pub index: usize,
+    /// Key ranges of that index.
+    pub ranges: Vec<KeyRange>,
+    /// The budget the reads take permits from, and the query's counters.
+    pub query: Arc<QueryIo>,
     /// The scan node's I/O counters.
     pub node_io: Arc<IoMetrics>,
-    pub index: usize,
+}
+
+/// What the scan needs to run: its pages, and what it does with their rows.
+pub struct ScanWork {
+    pub pages: Arc<ScanPages>,
     pub sparse: bool,
-    pub ranges: Vec<KeyRange>,
     pub read_columns: Vec<usize>,
     pub predicate: Arc<dyn PhysicalExpr>,
     pub output: Option<Vec<usize>>,
-    pub query: Arc<QueryIo>,
 }
 
 enum Done {
@@ -55,17 +65,17 @@ enum Done {
 
 /// The scan's lookups, as jobs that return the row ids they find.
 fn lookups(
-    w: &Arc<ScanWork>,
+    p: &Arc<ScanPages>,
     steps: &StepMetrics,
 ) -> FuturesUnordered<BoxFuture<'static, Result<Done>>> {
-    w.ranges
+    p.ranges
         .iter()
         .cloned()
         .map(|range| {
-            let (w, steps) = (w.clone(), steps.clone());
+            let (p, steps) = (p.clone(), steps.clone());
             async move {
                 Ok(Done::RowIds(
-                    lookup(&w.table, w.index, range, &w.query, &steps).await?,
+                    lookup(&p.table, p.index, range, &p.query, &steps).await?,
                 ))
             }
             .boxed()
@@ -73,20 +83,20 @@ fn lookups(
         .collect()
 }
 
-/// Reads the pages the scan will read into the buffer pool, without decoding them: started at
-/// planning time, so the reads overlap the rest of planning, and the scan then finds its
-/// pages cached or being read (one read each: the pool shares reads in flight).
-pub async fn prefetch(work: ScanWork) -> Result<()> {
-    let w = Arc::new(work);
-    let steps = StepMetrics::new(w.node_io.clone(), &w.query).always_polled();
-    let mut jobs = lookups(&w, &steps);
+/// Reads the pages a scan will read into the buffer pool, without decoding them, as a task
+/// whose caller only waits for it: started while the query is planned, so the reads overlap
+/// planning, and the scan then finds its pages cached or being read (one read each: the pool
+/// shares reads in flight).
+pub async fn prefetch(pages: Arc<ScanPages>) -> Result<()> {
+    let steps = StepMetrics::new(pages.node_io.clone(), &pages.query).always_polled();
+    let mut jobs = lookups(&pages, &steps);
     while let Some(done) = jobs.next().await {
         if let Done::RowIds(ids) = done? {
             for (page_no, _) in group_by_page(&ids) {
-                let (w, steps) = (w.clone(), steps.clone());
+                let (p, steps) = (pages.clone(), steps.clone());
                 jobs.push(
                     async move {
-                        heap_page(&w.table, page_no, &w.query, &steps).await?;
+                        heap_page(&p.table, page_no, &p.query, &steps).await?;
                         Ok(Done::Read)
                     }
                     .boxed(),
@@ -100,9 +110,10 @@ pub async fn prefetch(work: ScanWork) -> Result<()> {
 /// Runs the scan, sending batches to `tx` as pages complete.
 pub async fn run(work: ScanWork, node: NodeMetrics, tx: Sender<Result<RecordBatch>>) -> Result<()> {
     let w = Arc::new(work);
-    let steps = StepMetrics::new(w.node_io.clone(), &w.query);
-    node.add_probes(w.ranges.len());
-    let mut jobs = lookups(&w, &steps);
+    let p = w.pages.clone();
+    let steps = StepMetrics::new(p.node_io.clone(), &p.query);
+    node.add_probes(p.ranges.len());
+    let mut jobs = lookups(&p, &steps);
     while let Some(done) = jobs.next().await {
         match done? {
             Done::RowIds(ids) => {
@@ -110,11 +121,11 @@ pub async fn run(work: ScanWork, node: NodeMetrics, tx: Sender<Result<RecordBatc
                     let (w, steps) = (w.clone(), steps.clone());
                     jobs.push(
                         async move {
-                            let page = heap_page(&w.table, page_no, &w.query, &steps).await?;
+                            let table = &w.pages.table;
+                            let page = heap_page(table, page_no, &w.pages.query, &steps).await?;
                             // A sparse index names pages: every row of the page is a candidate.
                             let slots = (!w.sparse).then_some(slots.as_slice());
-                            let rows =
-                                decode_rows(&w.table, page_no, &page, &w.read_columns, slots)?;
+                            let rows = decode_rows(table, page_no, &page, &w.read_columns, slots)?;
                             let rows = batch_filter(&rows, &w.predicate)?;
                             let rows = match &w.output {
                                 Some(cols) => rows.project(cols)?,

@@ -123,6 +123,11 @@ impl OoodeScanExec {
         &self.projection
     }
 
+    /// The scan's I/O counters (its reads, and those read ahead for an index scan of it).
+    pub fn io_metrics(&self) -> &Arc<IoMetrics> {
+        &self.io
+    }
+
     /// The query budget this scan reads under.
     pub fn query(&self) -> &Arc<QueryIo> {
         &self.query
