@@ -120,19 +120,29 @@ pub async fn lookup(
     let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse()).with_verified_pages();
     let mut out = Vec::new();
     while let Some(page_no) = cursor.next_page() {
-        // Cached pages (the upper B+tree levels, mostly) cost neither a permit nor a task.
-        if let Some(page) = table.cached_index_page(index, page_no, &metrics.counters) {
-            cursor.feed(&page, &file, &mut out).map_err(to_df)?;
-            continue;
-        }
-        let (t, m) = (table.clone(), metrics.clone());
-        let page = with_permit(query, metrics, async move {
-            t.index_page(index, page_no, &m.counters).await
-        })
-        .await?;
+        let page = index_page(table, index, page_no, query, metrics).await?;
         cursor.feed(&page, &file, &mut out).map_err(to_df)?;
     }
     Ok(out)
+}
+
+/// Node `page_no` of the `index`-th index of `table`. Cached nodes (the upper B+tree levels,
+/// mostly) cost neither a permit nor a task.
+async fn index_page(
+    table: &Arc<TableIo>,
+    index: usize,
+    page_no: u64,
+    query: &Arc<QueryIo>,
+    metrics: &StepMetrics,
+) -> Result<PageBuf> {
+    if let Some(page) = table.cached_index_page(index, page_no, &metrics.counters) {
+        return Ok(page);
+    }
+    let (t, m) = (table.clone(), metrics.clone());
+    with_permit(query, metrics, async move {
+        t.index_page(index, page_no, &m.counters).await
+    })
+    .await
 }
 
 /// Entries of the `index`-th index of `table` in `range`: two descents, reading the pages they
@@ -148,16 +158,7 @@ pub async fn count(
     let file = handle.segment.file_of(0).to_path_buf();
     let mut cursor = CountCursor::new(&handle.meta.tree, range);
     while let Some(page_no) = cursor.next_page() {
-        let page = match table.cached_index_page(index, page_no, &metrics.counters) {
-            Some(page) => page,
-            None => {
-                let (t, m) = (table.clone(), metrics.clone());
-                with_permit(query, metrics, async move {
-                    t.index_page(index, page_no, &m.counters).await
-                })
-                .await?
-            }
-        };
+        let page = index_page(table, index, page_no, query, metrics).await?;
         cursor.feed(&page, &file).map_err(to_df)?;
     }
     Ok(cursor.count().unwrap_or(0))
