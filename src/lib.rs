@@ -4,9 +4,14 @@
 //! by keeping thousands of page reads in flight and letting each completion drive the next
 //! computation, after the out-of-order database engine (OoODE) of the University of Tokyo.
 //!
-//! This crate holds the engine's lower layers:
+//! This crate holds the engine's layers below DataFusion's integration:
 //! - [`storage`]: the table format (pages, manifest, B+tree indexes, heap codec) and the loader.
 //! - [`io`]: page reads (io_uring, pread, object_store), the buffer pool and I/O metrics.
+//! - [`access`]: reading tables: the runtime per DataFusion `RuntimeEnv`, admission and
+//!   per-query budgets, B+tree and heap page steps, plan-time counts and read-ahead.
+//! - [`exec`]: the plan nodes (index scan, index nested-loop join, full scan).
+//! - [`optimizer`]: the rules that put them where they win.
+//! - [`config`]: the `ooode.*` settings.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -37,6 +42,8 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
+pub mod config;
 pub mod exec;
 pub mod io;
 pub mod optimizer;

@@ -9,7 +9,6 @@ use std::time::Instant;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use ooode::exec::{OoodeConfig, OoodeRuntime};
 
 async fn show(ctx: &SessionContext, sql: &str) -> Result<String> {
     let batches = ctx.sql(sql).await?.collect().await?;
@@ -65,7 +64,7 @@ pub async fn main() -> Result<()> {
             .collect()
             .await?;
         // Cold: empty ooode's buffer pool (its reads bypass the OS page cache).
-        OoodeRuntime::get(&OoodeConfig::default()).pool().clear();
+        ooode_providers::ooode_runtime(&ctx).pool().clear();
         let start = Instant::now();
         let analyzed = show(&ctx, &format!("EXPLAIN ANALYZE {sql}")).await?;
         let secs = start.elapsed().as_secs_f64();

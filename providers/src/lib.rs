@@ -35,5 +35,5 @@ pub mod writer;
 
 pub use factory::OoodeTableFactory;
 pub use provider::OoodeTable;
-pub use register::{ooode_context, with_ooode};
+pub use register::{ooode_context, ooode_runtime, with_ooode};
 pub use writer::{OoodeCopyOptions, OoodeFormatFactory, OoodeWriteExec};

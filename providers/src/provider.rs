@@ -12,8 +12,9 @@ use datafusion::datasource::TableType;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use ooode::exec::context::to_df;
-use ooode::exec::{OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo};
+use ooode::access::{OoodeRuntime, QueryIo, to_df};
+use ooode::config::OoodeConfig;
+use ooode::exec::OoodeScanExec;
 use ooode::optimizer::read_ahead;
 use ooode::storage::Table;
 
@@ -162,8 +163,11 @@ impl TableProvider for OoodeTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let config = ooode_config(state);
-        let runtime = OoodeRuntime::get(&config);
-        let table = runtime.table(&self.dir, config.execution_mode, config.direct_io)?;
+        let runtime = OoodeRuntime::for_env(state.runtime_env());
+        runtime.configure(&config);
+        let table = runtime
+            .table(&self.dir, config.execution_mode, config.direct_io)
+            .map_err(to_df)?;
         let projection = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
@@ -172,7 +176,7 @@ impl TableProvider for OoodeTable {
             ooode::exec::ExecutionMode::OutOfOrder => state.config().target_partitions(),
         };
         let columnar_file = table.table().manifest().columnar.clone();
-        let query = QueryIo::new(&config);
+        let query = QueryIo::new(&runtime, &config);
         let scan = OoodeScanExec::new(
             table.clone(),
             self.name.clone(),
@@ -187,15 +191,14 @@ impl TableProvider for OoodeTable {
                 let schema = DFSchema::try_from(self.schema.clone()).ok()?;
                 state.create_physical_expr(f, &schema).ok()
             });
-        if let Some(predicate) = predicate {
-            read_ahead(
-                &table,
-                &predicate,
-                &config,
-                scan.io_metrics().clone(),
-                query,
-            )?;
-        }
+        let scan = match predicate {
+            Some(predicate) => {
+                let io = scan.io_metrics().clone();
+                let ahead = read_ahead(&table, &predicate, &config, io, &query)?;
+                scan.with_read_ahead(ahead)
+            }
+            None => scan,
+        };
         match columnar_file {
             Some(file) if config.columnar_scan => {
                 let parquet = self

@@ -6,7 +6,8 @@ use datafusion::common::config::TableOptions;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use ooode::exec::OoodeConfig;
+use ooode::access::OoodeRuntime;
+use ooode::config::OoodeConfig;
 use ooode::optimizer::{OoodeIndexRule, OoodeOnePipelineRule};
 
 use crate::factory::OoodeTableFactory;
@@ -69,4 +70,10 @@ pub fn ooode_context(config: SessionConfig) -> SessionContext {
         .with_default_features()
         .with_config(config);
     SessionContext::new_with_state(with_ooode(builder).build())
+}
+
+/// The ooode runtime (engines, buffer pool, admission) of a context's `RuntimeEnv`: for
+/// tools and tests that empty the pool or read its counters.
+pub fn ooode_runtime(ctx: &SessionContext) -> Arc<OoodeRuntime> {
+    OoodeRuntime::for_env(&ctx.runtime_env())
 }

@@ -42,8 +42,8 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStore};
-use ooode::exec::context::to_df;
-use ooode::exec::{OoodeConfig, OoodeRuntime};
+use ooode::access::{OoodeRuntime, to_df};
+use ooode::config::OoodeConfig;
 use ooode::storage::page::parse_page_size;
 use ooode::storage::{LoadOptions, TableWriter};
 
@@ -465,7 +465,7 @@ impl ExecutionPlan for OoodeWriteExec {
                         "the table writer stopped".into(),
                     )
                 })?;
-            OoodeRuntime::get(&OoodeConfig::default()).forget_table(&dest);
+            OoodeRuntime::forget_table_everywhere(&dest);
             Ok(RecordBatch::try_new(
                 out_schema,
                 vec![Arc::new(UInt64Array::from(vec![manifest.row_count]))],

@@ -276,9 +276,7 @@ async fn small_index_scans_read_ahead_while_planning() {
     let query = "SELECT id FROM t WHERE bucket = 7 ORDER BY id";
     let want =
         "+------+\n| id   |\n+------+\n| 7    |\n| 1007 |\n| 2007 |\n| 3007 |\n| 4007 |\n+------+";
-    let pool = ooode::exec::OoodeRuntime::get(&Default::default())
-        .pool()
-        .clone();
+    let pool = ooode_providers::ooode_runtime(&ctx).pool().clone();
     for mode in ["out_of_order", "in_order"] {
         sql(&ctx, &format!("SET ooode.execution_mode = '{mode}'"))
             .await

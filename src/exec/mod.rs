@@ -1,21 +1,17 @@
-//! Layer 3: the out-of-order runtime and the DataFusion plan nodes built on it.
+//! Layer 4: the DataFusion plan nodes, built on [`crate::access`].
 //!
-//! A query's ooode nodes decompose their work into small asynchronous steps ([`probe`]): walk
-//! a B+tree to a key, read a heap page, decode rows. Each step issues one page read and
-//! yields; the read's completion runs the next step. Thousands of steps are pending at once,
-//! bounded by the query's budget of reads in flight ([`context::QueryIo`]), and whichever read
-//! completes first is computed on first. `in_order` mode runs the same nodes with a budget of
-//! one read and the synchronous engine: the paper's IODE baseline.
+//! Each node runs its work as a task of its own that polls many small steps at once (walk a
+//! B+tree to a key, read a heap page, decode rows): thousands of steps are pending, bounded by
+//! the query's budget of reads in flight, and whichever read completes first is computed on
+//! first. `in_order` mode runs the same nodes with a budget of one read and the synchronous
+//! engine: the paper's IODE baseline.
 //!
 //! Nodes: [`OoodeScanExec`] (full scan), [`IndexScanExec`] (key ranges of one index, residual
 //! predicate), [`IndexJoinExec`] (index nested-loop join: inner, semi, anti, left outer).
 
-pub mod config;
-pub mod context;
 pub mod index_join;
 pub mod index_scan;
 pub mod metrics;
-pub mod probe;
 pub mod scan;
 
 /// Estimated output rows up to which an ooode node runs as one pipeline: one partition, no
@@ -23,8 +19,12 @@ pub mod scan;
 /// more cores, and each hand-off between tasks adds a thread wake-up to its dependent reads.
 pub const ONE_PIPELINE_ROWS: usize = 256;
 
-pub use config::{ExecutionMode, IndexJoinMode, OoodeConfig};
-pub use context::{OoodeRuntime, QueryIo};
-pub use index_join::{IndexJoinExec, IndexJoinKind, InnerSide};
-pub use index_scan::{IndexScanExec, ScanEstimate};
+/// Bytes of output a node queues before it stops starting new work (reads already in flight
+/// still complete and queue their rows): what a slow consumer can make a node hold.
+pub const OUTPUT_BYTES: usize = 4 << 20;
+
+pub use crate::access::ScanEstimate;
+pub use crate::config::{ExecutionMode, IndexJoinMode, OoodeConfig};
+pub use index_join::{IndexJoinBuilder, IndexJoinExec, IndexJoinKind, InnerSide};
+pub use index_scan::{IndexScanBuilder, IndexScanExec};
 pub use scan::OoodeScanExec;

@@ -41,18 +41,6 @@ impl Recycler {
         })
     }
 
-    /// The recycler every engine of the process shares, keeping up to a default buffer pool's
-    /// bytes: one set of frames, as one buffer pool has. An engine reading after another (in
-    /// order after out of order, say) reuses the buffers the first one filled, rather than
-    /// faulting in fresh memory, which on this project's VM costs seconds of system time per
-    /// gigabyte the first time.
-    pub fn shared() -> Arc<Self> {
-        static SHARED: std::sync::OnceLock<Arc<Recycler>> = std::sync::OnceLock::new();
-        SHARED
-            .get_or_init(|| Self::new(crate::io::pool::default_budget()))
-            .clone()
-    }
-
     /// A buffer of `len` bytes (contents unspecified: zeroed when new, an old page's bytes
     /// when reused; a read fills it whole or fails).
     pub fn get(&self, len: usize) -> AlignedBuf {

@@ -56,6 +56,11 @@ impl IoMetrics {
         }
     }
 
+    /// Reads in flight now.
+    pub fn snapshot_in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+
     /// Counts a buffer pool hit.
     pub fn hit(&self) {
         self.hits.fetch_add(1, Relaxed);

@@ -1,12 +1,12 @@
-//! Layer 2: getting pages from the flash array into memory.
+//! Layer 2: getting pages from the flash array into memory. Knows files, byte offsets and
+//! pages; not rows, not B+trees (that is [`crate::access`]).
 //!
 //! ```text
-//!   TableIo (page numbers of a table's segments -> file + offset, checksum verification)
-//!      │
-//!   BufferPool (byte budget, CLOCK with a hint for B+tree inner nodes, single-flight reads)
+//!   BufferPool (byte budget, 64 shards, CLOCK with a hint for B+tree inner nodes,
+//!      │        single-flight reads that end cleanly when every waiter gives up)
 //!      │ misses
-//!   dyn IoEngine: UringEngine (io_uring, O_DIRECT, deep queues; default on Linux)
-//!                 SyncEngine  (pread, one read at a time: the in-order baseline and fallback)
+//!   dyn IoEngine: UringEngine (io_uring, O_DIRECT, one ring per core; default on Linux)
+//!                 SyncEngine  (pread on the calling thread: the in-order baseline, fallback)
 //!                 ObjectStoreEngine (ranged GETs)
 //!                 FaultyEngine (wraps any engine; injects errors, short reads, delays)
 //! ```
@@ -14,8 +14,10 @@
 //! The engine trait is tiny: open a file, read `len` bytes at `offset` as a `'static` future.
 //! Buffers are page-aligned and owned by the engine while the kernel may write to them, so a
 //! read future that is dropped before completion leaks nothing and corrupts nothing: the
-//! engine finishes the read and recycles the buffer.
+//! engine finishes the read and recycles the buffer. Reads started inside a [`batch`] reach
+//! the kernel in one system call.
 
+pub mod batch;
 pub mod buf;
 pub mod fault;
 pub mod files;
@@ -23,7 +25,6 @@ pub mod metrics;
 pub mod object_store_engine;
 pub mod pool;
 pub mod sync_engine;
-pub mod table_io;
 pub mod uring;
 
 use std::path::{Path, PathBuf};
@@ -31,13 +32,12 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-pub use buf::PageBuf;
+pub use buf::{PageBuf, Recycler};
 pub use fault::{Fault, FaultyEngine};
 pub use metrics::{IoMetrics, IoSnapshot, Sample, Sampler};
 pub use object_store_engine::ObjectStoreEngine;
-pub use pool::{BufferPool, PageHint, PoolStats};
+pub use pool::{BufferPool, PageHint, PoolMemory, PoolStats};
 pub use sync_engine::SyncEngine;
-pub use table_io::TableIo;
 pub use uring::{UringConfig, UringEngine};
 
 use crate::storage::Result;
@@ -89,23 +89,37 @@ pub enum EngineKind {
     Sync,
 }
 
-/// The default engine: io_uring with `max_in_flight` reads in flight, falling back to pread
-/// where io_uring cannot be set up (no kernel support, blocked by seccomp).
-pub fn default_engine(max_in_flight: usize, direct: bool) -> Arc<dyn IoEngine> {
+/// The default engine: io_uring with `max_in_flight` reads in flight per ring, falling back to
+/// pread where io_uring cannot be set up (no kernel support, blocked by seccomp); freed page
+/// buffers go to `recycler`.
+pub fn default_engine(
+    max_in_flight: usize,
+    direct: bool,
+    recycler: Arc<Recycler>,
+) -> Arc<dyn IoEngine> {
     match UringEngine::new(UringConfig {
         max_in_flight,
         direct,
+        recycler: Some(recycler.clone()),
+        ..Default::default()
     }) {
         Ok(e) => Arc::new(e),
         Err(e) => {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| {
-                eprintln!(
+                log::warn!(
                     "ooode: io_uring is not available ({e}); falling back to synchronous pread, \
-                     one read at a time"
+                     one read at a time per query"
                 )
             });
-            Arc::new(SyncEngine::new(direct))
+            Arc::new(SyncEngine::with_recycler(direct, recycler))
         }
     }
+}
+
+/// Whether io_uring can be set up here (kernel support, not blocked by seccomp), and why not.
+pub fn uring_available() -> std::result::Result<(), String> {
+    io_uring::IoUring::new(2)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }

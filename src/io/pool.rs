@@ -1,16 +1,35 @@
-//! The buffer pool: a fixed byte budget of cached pages, shared by all queries of a session.
+//! The buffer pool: a byte budget of cached pages, shared by all queries of a runtime.
 //!
-//! - Single flight: concurrent requests for a page that is being read wait for that one read.
-//! - CLOCK eviction with a hint: a page gets "chances" when used (data and leaf pages 1,
-//!   B+tree inner nodes 3), the clock hand takes one chance per pass and evicts pages with
-//!   none left, so the upper levels of the indexes stay resident while heap pages stream
-//!   through.
-//! - The budget counts pages being read as well as cached ones, and is never exceeded: when
-//!   nothing can be evicted (everything is being read), a read bypasses the cache.
-//! - `clear()` empties it (cold-cache benchmarks).
+//! ```text
+//!   get(key) ──> shard = hash(key) % 64 ──lock──> Ready: hit (clone the page)
+//!                                              Loading: join (one more waiter)
+//!                                              absent: reserve bytes (evicting from other
+//!                                                      shards, one lock at a time), insert
+//!                                                      Loading ──unlock──> read
+//!   the read runs outside every lock; the first waiter to see it finish caches the page
+//!   (or forgets a failed read); the last waiter to give up removes the entry and drops the
+//!   read, which the engine then cancels.
+//! ```
+//!
+//! - Lookups take one shard's lock for a few instructions: 64 shards, so queries on different
+//!   cores rarely meet. No lock is held across a read, a system call or an await.
+//! - Single flight: concurrent requests for a page that is being read share that one read.
+//!   Cancelled requests leave nothing behind: when every waiter of a read has gone, the entry is
+//!   removed and the read dropped (the engine recycles its buffer when the kernel is done).
+//! - CLOCK eviction with a hint: a page gets "chances" when used (data and leaf pages 1, B+tree
+//!   inner nodes 3); the hand takes one chance per pass and evicts pages with none left, so
+//!   the upper levels of the indexes stay resident while heap pages stream through.
+//! - The budget counts pages being read as well as cached ones and is never exceeded: when
+//!   nothing can be evicted (everything is being read), a read bypasses the cache. Where the
+//!   pool has a [`PoolMemory`] (DataFusion's memory pool, through the access layer), the bytes
+//!   it holds are reserved there too, in 1 MiB steps; when that memory is refused the pool
+//!   evicts instead of growing.
+//! - `clear()` empties it (cold-cache benchmarks); `set_budget` resizes it.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -43,10 +62,29 @@ impl PageHint {
     }
 }
 
+/// Memory the pool's bytes are accounted in (DataFusion's memory pool, through the access
+/// layer); the pool asks before it holds more and gives back what it no longer holds.
+pub trait PoolMemory: Send + Sync + std::fmt::Debug {
+    /// Asks for `bytes` more; false if they are refused.
+    fn try_grow(&self, bytes: usize) -> bool;
+    /// Gives `bytes` back.
+    fn shrink(&self, bytes: usize);
+}
+
+/// Bytes asked of a [`PoolMemory`] at a time.
+const GRANULE: usize = 1 << 20;
+
+/// Number of shards: enough that lookups from a few dozen cores rarely share one.
+const SHARDS: usize = 64;
+
 type SharedRead = Shared<BoxFuture<'static, Result<PageBuf, Arc<StorageError>>>>;
 
 enum State {
-    Loading(SharedRead),
+    /// Being read; `waiters` requests wait for it.
+    Loading {
+        read: SharedRead,
+        waiters: u32,
+    },
     Ready(PageBuf),
 }
 
@@ -58,13 +96,24 @@ struct Entry {
 }
 
 #[derive(Default)]
-struct Inner {
+struct Shard {
     map: HashMap<PageKey, Entry>,
     ring: Vec<Option<PageKey>>,
     free_pos: Vec<usize>,
     hand: usize,
-    used: usize,
-    stats: PoolStats,
+    /// Steps left in the hand's current turn of this shard.
+    turn_left: usize,
+    stats: ShardStats,
+}
+
+#[derive(Default, Clone, Copy)]
+struct ShardStats {
+    hits: u64,
+    joined: u64,
+    misses: u64,
+    evictions: u64,
+    bypasses: u64,
+    abandoned: u64,
 }
 
 /// Counters of a [`BufferPool`].
@@ -80,38 +129,47 @@ pub struct PoolStats {
     pub evictions: u64,
     /// Reads that bypassed the cache (no room: everything else was being read).
     pub bypasses: u64,
+    /// Reads dropped because every request waiting for them was cancelled.
+    pub abandoned: u64,
     /// Bytes held now (cached and being read).
     pub used_bytes: u64,
     /// Most bytes ever held.
     pub peak_bytes: u64,
     /// Pages cached or being read now.
     pub pages: u64,
+    /// Pages being read now.
+    pub loading: u64,
+    /// Bytes reserved in the pool's [`PoolMemory`] now.
+    pub reserved_bytes: u64,
 }
 
 /// A page cache with a byte budget.
 pub struct BufferPool {
-    budget: usize,
-    inner: Mutex<Inner>,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::hash::RandomState,
+    budget: AtomicUsize,
+    used: AtomicUsize,
+    peak: AtomicUsize,
+    memory: Option<Arc<dyn PoolMemory>>,
+    /// Bytes granted by `memory`; changed under its lock, read without.
+    granted: Mutex<usize>,
+    granted_now: AtomicUsize,
+    /// Shard where the next eviction starts.
+    evict_from: AtomicUsize,
     file_keys: Mutex<HashMap<(u64, u64), FileId>>,
+    evictions: AtomicU64,
 }
 
 impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufferPool")
-            .field("budget", &self.budget)
+            .field("budget", &self.budget())
             .field("stats", &self.stats())
             .finish()
     }
 }
 
-enum Action {
-    Hit(PageBuf),
-    Wait(SharedRead),
-    Load(SharedRead),
-    Bypass,
-}
-
-impl Inner {
+impl Shard {
     fn insert_ring(&mut self, key: PageKey) -> usize {
         match self.free_pos.pop() {
             Some(p) => {
@@ -125,50 +183,43 @@ impl Inner {
         }
     }
 
-    fn remove(&mut self, key: &PageKey) {
-        if let Some(e) = self.map.remove(key) {
-            self.ring[e.ring_pos] = None;
-            self.free_pos.push(e.ring_pos);
-            self.used -= e.len;
+    /// Removes `key`; returns the bytes it held.
+    fn remove(&mut self, key: &PageKey) -> usize {
+        match self.map.remove(key) {
+            Some(e) => {
+                self.ring[e.ring_pos] = None;
+                self.free_pos.push(e.ring_pos);
+                e.len
+            }
+            None => 0,
         }
     }
 
-    /// Evicts until `len` more bytes fit in `budget`; false if that is impossible now.
-    fn make_room(&mut self, len: usize, budget: usize) -> bool {
-        if len > budget {
-            return false;
-        }
-        // Each pass takes at most one chance from each page; four passes exhaust the largest
-        // hint, so a fifth finds nothing new to evict.
-        let mut steps = self.ring.len() * 5;
-        while self.used + len > budget && steps > 0 {
-            steps -= 1;
-            if self.ring.is_empty() {
-                return false;
-            }
+    /// Runs the clock hand on through the rest of its turn of the ring, evicting cached pages
+    /// without chances left, until `want` bytes are freed; returns the bytes freed and whether
+    /// the turn is over.
+    fn sweep(&mut self, want: usize) -> (usize, bool) {
+        let mut freed = 0;
+        while freed < want && self.turn_left > 0 {
+            self.turn_left -= 1;
             self.hand = (self.hand + 1) % self.ring.len();
             let Some(key) = self.ring[self.hand] else {
                 continue;
             };
-            let entry = self.map.get_mut(&key).expect("ring and map agree");
-            let evict = match &entry.state {
-                State::Ready(_) => {
-                    if entry.chances > 0 {
-                        entry.chances -= 1;
-                        false
-                    } else {
-                        true
-                    }
-                }
-                // A read nobody waits for any more (its readers were cancelled).
-                State::Loading(s) => s.strong_count() == Some(1),
+            let Some(entry) = self.map.get_mut(&key) else {
+                continue;
             };
-            if evict {
-                self.remove(&key);
-                self.stats.evictions += 1;
+            // Pages being read are not evicted: their waiters remove them if they give up.
+            if let State::Ready(_) = entry.state {
+                if entry.chances > 0 {
+                    entry.chances -= 1;
+                } else {
+                    freed += self.remove(&key);
+                    self.stats.evictions += 1;
+                }
             }
         }
-        self.used + len <= budget
+        (freed, self.turn_left == 0)
     }
 }
 
@@ -188,13 +239,40 @@ pub fn default_budget() -> usize {
     }
 }
 
+/// What a request does after a miss.
+enum Next {
+    Found(Found),
+    Bypass,
+    Wait(SharedRead),
+}
+
+/// What a request found.
+enum Found {
+    Hit(PageBuf),
+    Join(SharedRead),
+    Absent,
+}
+
 impl BufferPool {
     /// A pool holding at most `budget` bytes.
     pub fn new(budget: usize) -> Arc<Self> {
+        Self::with_memory(budget, None)
+    }
+
+    /// A pool holding at most `budget` bytes, all of them reserved in `memory` first.
+    pub fn with_memory(budget: usize, memory: Option<Arc<dyn PoolMemory>>) -> Arc<Self> {
         Arc::new(Self {
-            budget,
-            inner: Mutex::new(Inner::default()),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: std::hash::RandomState::new(),
+            budget: AtomicUsize::new(budget),
+            used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            memory,
+            granted: Mutex::new(0),
+            granted_now: AtomicUsize::new(0),
+            evict_from: AtomicUsize::new(0),
             file_keys: Mutex::new(HashMap::new()),
+            evictions: AtomicU64::new(0),
         })
     }
 
@@ -211,7 +289,23 @@ impl BufferPool {
 
     /// The byte budget.
     pub fn budget(&self) -> usize {
-        self.budget
+        self.budget.load(Relaxed)
+    }
+
+    /// Changes the byte budget; a smaller one evicts at once what no longer fits.
+    pub fn set_budget(&self, budget: usize) {
+        let old = self.budget.swap(budget, SeqCst);
+        if budget < old {
+            let over = self.used.load(SeqCst).saturating_sub(budget);
+            if over > 0 {
+                self.evict(over);
+            }
+            self.give_back();
+        }
+    }
+
+    fn shard(&self, key: &PageKey) -> &Mutex<Shard> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
     }
 
     /// The page `key` of `len` bytes: cached, joined to a read in flight, or read by `load`.
@@ -221,126 +315,463 @@ impl BufferPool {
         key: PageKey,
         len: usize,
         hint: PageHint,
-        load: impl FnOnce() -> ReadFuture,
+        load: impl FnOnce() -> ReadFuture + Send + 'static,
     ) -> Result<(PageBuf, bool)> {
+        let shard = self.shard(&key);
         let mut load = Some(load);
-        let mut start_read = || (load.take().expect("the read starts once"))();
-        let action = {
-            let mut inner = self.inner.lock();
-            match inner.map.get_mut(&key) {
-                Some(e) => {
-                    e.chances = e.chances.max(hint.chances());
-                    match &e.state {
-                        State::Ready(p) => {
-                            let p = p.clone();
-                            inner.stats.hits += 1;
-                            Action::Hit(p)
-                        }
-                        State::Loading(s) => {
-                            let s = s.clone();
-                            inner.stats.joined += 1;
-                            Action::Wait(s)
-                        }
-                    }
-                }
-                None => {
-                    inner.stats.misses += 1;
-                    if inner.make_room(len, self.budget) {
-                        let read: SharedRead =
-                            start_read().map(|r| r.map_err(Arc::new)).boxed().shared();
-                        let ring_pos = inner.insert_ring(key);
-                        inner.map.insert(
-                            key,
-                            Entry {
-                                state: State::Loading(read.clone()),
-                                len,
-                                chances: hint.chances(),
-                                ring_pos,
-                            },
-                        );
-                        inner.used += len;
-                        inner.stats.peak_bytes = inner.stats.peak_bytes.max(inner.used as u64);
-                        Action::Load(read)
-                    } else {
-                        inner.stats.bypasses += 1;
-                        Action::Bypass
-                    }
-                }
+        let found = Self::find(&mut shard.lock(), &key, hint);
+        match found {
+            Found::Hit(page) => return Ok((page, true)),
+            Found::Join(read) => return self.wait(key, read, true).await,
+            Found::Absent => {}
+        }
+        // A miss: room first (eviction visits other shards, one lock at a time), then the
+        // entry, unless another request put it there meanwhile.
+        let reserved = self.reserve(len);
+        let next = self.start_read(shard, key, len, hint, reserved, &mut load);
+        match next {
+            Next::Found(Found::Hit(page)) => Ok((page, true)),
+            Next::Found(Found::Join(read)) => self.wait(key, read, true).await,
+            Next::Found(Found::Absent) | Next::Bypass => {
+                let load = load.take().expect("the read starts once");
+                Ok((load().await?, false))
             }
+            Next::Wait(read) => self.wait(key, read, false).await,
+        }
+    }
+
+    /// After a miss: the entry for a new read (with room reserved), or what another request
+    /// put there meanwhile, or a bypass (no room).
+    fn start_read(
+        &self,
+        shard: &Mutex<Shard>,
+        key: PageKey,
+        len: usize,
+        hint: PageHint,
+        reserved: bool,
+        load: &mut Option<impl FnOnce() -> ReadFuture + Send + 'static>,
+    ) -> Next {
+        let mut s = shard.lock();
+        match Self::find(&mut s, &key, hint) {
+            Found::Absent => {}
+            found => {
+                drop(s);
+                if reserved {
+                    self.release(len);
+                }
+                return Next::Found(found);
+            }
+        }
+        s.stats.misses += 1;
+        if !reserved {
+            s.stats.bypasses += 1;
+            return Next::Bypass;
+        }
+        // The read starts when first polled, outside the lock.
+        let load = load.take().expect("the read starts once");
+        let read: SharedRead = async move { load().await.map_err(Arc::new) }
+            .boxed()
+            .shared();
+        let ring_pos = s.insert_ring(key);
+        s.map.insert(
+            key,
+            Entry {
+                state: State::Loading {
+                    read: read.clone(),
+                    waiters: 1,
+                },
+                len,
+                chances: hint.chances(),
+                ring_pos,
+            },
+        );
+        Next::Wait(read)
+    }
+
+    /// Looks `key` up in a locked shard, joining a read in flight.
+    fn find(s: &mut Shard, key: &PageKey, hint: PageHint) -> Found {
+        let Some(e) = s.map.get_mut(key) else {
+            return Found::Absent;
         };
-        match action {
-            Action::Hit(p) => Ok((p, true)),
-            Action::Bypass => Ok((start_read().await?, false)),
-            Action::Wait(read) => {
-                let r = read.await;
-                self.settle(key, &r);
-                r.map(|p| (p, true)).map_err(|e| e.duplicate())
+        e.chances = e.chances.max(hint.chances());
+        match &mut e.state {
+            State::Ready(page) => {
+                let page = page.clone();
+                s.stats.hits += 1;
+                Found::Hit(page)
             }
-            Action::Load(read) => {
-                let r = read.await;
-                self.settle(key, &r);
-                r.map(|p| (p, false)).map_err(|e| e.duplicate())
+            State::Loading { read, waiters } => {
+                *waiters += 1;
+                let read = read.clone();
+                s.stats.joined += 1;
+                Found::Join(read)
             }
         }
     }
 
+    /// Waits for `read` as one of its waiters; the first to see it finish records the
+    /// outcome, and a waiter that gives up leaves (the last one removes the entry).
+    async fn wait(&self, key: PageKey, read: SharedRead, joined: bool) -> Result<(PageBuf, bool)> {
+        let mut waiter = Waiter {
+            pool: self,
+            key,
+            read: read.clone(),
+            done: false,
+        };
+        let result = read.await;
+        waiter.done = true;
+        self.settle(key, &waiter.read, &result);
+        result.map(|p| (p, joined)).map_err(|e| e.duplicate())
+    }
+
+    /// Records the outcome of a finished read: cache the page, or forget a failed read.
+    fn settle(&self, key: PageKey, read: &SharedRead, result: &Result<PageBuf, Arc<StorageError>>) {
+        let mut s = self.shard(&key).lock();
+        let Some(entry) = s.map.get_mut(&key) else {
+            return;
+        };
+        if !matches!(&entry.state, State::Loading { read: r, .. } if r.ptr_eq(read)) {
+            return;
+        }
+        match result {
+            Ok(page) => entry.state = State::Ready(page.clone()),
+            Err(_) => {
+                let freed = s.remove(&key);
+                drop(s);
+                self.release(freed);
+            }
+        }
+    }
+
+    /// A waiter of `read` gave up before it finished.
+    fn leave(&self, key: PageKey, read: &SharedRead) {
+        let mut s = self.shard(&key).lock();
+        let Some(entry) = s.map.get_mut(&key) else {
+            return;
+        };
+        let State::Loading { read: r, waiters } = &mut entry.state else {
+            return;
+        };
+        if !r.ptr_eq(read) {
+            return;
+        }
+        *waiters -= 1;
+        if *waiters == 0 {
+            // Nobody wants the page any more: forget the read (the engine cancels it).
+            let freed = s.remove(&key);
+            s.stats.abandoned += 1;
+            drop(s);
+            self.release(freed);
+        }
+    }
+
+    /// Takes `len` bytes of the budget, evicting to make room; false if nothing more can go.
+    fn reserve(&self, len: usize) -> bool {
+        for _ in 0..4 {
+            let used = self.used.load(SeqCst);
+            let want = used + len;
+            if want <= self.budget() && self.granted_covers(want) {
+                if self
+                    .used
+                    .compare_exchange(used, want, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    self.peak.fetch_max(want, Relaxed);
+                    return true;
+                }
+                continue;
+            }
+            if self.evict(len) == 0 {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// Whether `bytes` in all are granted by the pool's memory (asking for more if not).
+    fn granted_covers(&self, bytes: usize) -> bool {
+        let Some(memory) = &self.memory else {
+            return true;
+        };
+        if bytes <= self.granted_now.load(SeqCst) {
+            return true;
+        }
+        let mut granted = self.granted.lock();
+        if bytes <= *granted {
+            return true;
+        }
+        let more = (bytes - *granted).div_ceil(GRANULE) * GRANULE;
+        if !memory.try_grow(more) {
+            return false;
+        }
+        *granted += more;
+        self.granted_now.store(*granted, SeqCst);
+        true
+    }
+
+    /// Returns `len` bytes to the budget.
+    fn release(&self, len: usize) {
+        if len > 0 {
+            self.used.fetch_sub(len, SeqCst);
+            self.give_back();
+        }
+    }
+
+    /// Gives granted memory the pool holds no pages for back, keeping a granule or two.
+    fn give_back(&self) {
+        let Some(memory) = &self.memory else {
+            return;
+        };
+        if self.granted_now.load(SeqCst) <= self.used.load(SeqCst) + 2 * GRANULE {
+            return;
+        }
+        let mut granted = self.granted.lock();
+        let keep = (self.used.load(SeqCst) + GRANULE).div_ceil(GRANULE) * GRANULE;
+        if *granted > keep {
+            memory.shrink(*granted - keep);
+            *granted = keep;
+            self.granted_now.store(keep, SeqCst);
+        }
+    }
+
+    /// Evicts cached pages, shard after shard, until `want` bytes are freed or every page
+    /// had its chances; returns the bytes freed.
+    ///
+    /// One clock over all shards: the hand goes round a shard's pages, then moves to the next
+    /// shard, and the next eviction goes on where this one stopped, so each page loses one
+    /// chance per turn of the whole pool, as in a single clock.
+    fn evict(&self, want: usize) -> usize {
+        let mut at = self.evict_from.load(Relaxed) % SHARDS;
+        let mut freed = 0;
+        let mut arrived = false;
+        // A turn of the pool takes one chance from every page; the largest hint has three,
+        // so a fifth turn finds nothing new.
+        for _ in 0..5 * SHARDS + 1 {
+            let (got, turn_over) = {
+                let mut s = self.shards[at].lock();
+                if arrived || s.turn_left == 0 {
+                    s.turn_left = s.ring.len();
+                }
+                if s.ring.is_empty() {
+                    (0, true)
+                } else {
+                    s.sweep(want - freed)
+                }
+            };
+            freed += got;
+            if freed >= want {
+                break;
+            }
+            if turn_over {
+                at = (at + 1) % SHARDS;
+                arrived = true;
+            }
+        }
+        self.evict_from.store(at, Relaxed);
+        if freed > 0 {
+            self.evictions.fetch_add(1, Relaxed);
+            self.used.fetch_sub(freed, SeqCst);
+        }
+        freed
+    }
+
     /// The page `key` if it is cached (counted as a hit), without starting or joining a read.
     pub fn get_cached(&self, key: PageKey, hint: PageHint) -> Option<PageBuf> {
-        let mut inner = self.inner.lock();
-        let e = inner.map.get_mut(&key)?;
+        let mut s = self.shard(&key).lock();
+        let e = s.map.get_mut(&key)?;
         let State::Ready(page) = &e.state else {
             return None;
         };
         let page = page.clone();
         e.chances = e.chances.max(hint.chances());
-        inner.stats.hits += 1;
+        s.stats.hits += 1;
         Some(page)
-    }
-
-    /// Records the outcome of a finished read: cache the page, or forget a failed read.
-    fn settle(&self, key: PageKey, result: &Result<PageBuf, Arc<StorageError>>) {
-        let mut inner = self.inner.lock();
-        let loading = matches!(
-            inner.map.get(&key),
-            Some(Entry {
-                state: State::Loading(_),
-                ..
-            })
-        );
-        if !loading {
-            return;
-        }
-        match result {
-            Ok(page) => {
-                if let Some(e) = inner.map.get_mut(&key) {
-                    e.state = State::Ready(page.clone());
-                }
-            }
-            Err(_) => inner.remove(&key),
-        }
     }
 
     /// Drops every cached page (reads in flight finish and are then cached).
     pub fn clear(&self) {
-        let mut inner = self.inner.lock();
-        let ready: Vec<PageKey> = inner
-            .map
-            .iter()
-            .filter(|(_, e)| matches!(e.state, State::Ready(_)))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in ready {
-            inner.remove(&k);
+        let mut freed = 0;
+        for shard in self.shards.iter() {
+            let mut s = shard.lock();
+            let ready: Vec<PageKey> = s
+                .map
+                .iter()
+                .filter(|(_, e)| matches!(e.state, State::Ready(_)))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in ready {
+                freed += s.remove(&k);
+            }
         }
+        self.used.fetch_sub(freed, SeqCst);
+        self.give_back();
     }
 
     /// Counters and current size.
     pub fn stats(&self) -> PoolStats {
-        let inner = self.inner.lock();
-        PoolStats {
-            used_bytes: inner.used as u64,
-            pages: inner.map.len() as u64,
-            ..inner.stats
+        let mut out = PoolStats::default();
+        for shard in self.shards.iter() {
+            let s = shard.lock();
+            let st = s.stats;
+            out.hits += st.hits;
+            out.joined += st.joined;
+            out.misses += st.misses;
+            out.evictions += st.evictions;
+            out.bypasses += st.bypasses;
+            out.abandoned += st.abandoned;
+            out.pages += s.map.len() as u64;
+            out.loading += s
+                .map
+                .values()
+                .filter(|e| matches!(e.state, State::Loading { .. }))
+                .count() as u64;
         }
+        out.used_bytes = self.used.load(SeqCst) as u64;
+        out.peak_bytes = self.peak.load(Relaxed) as u64;
+        out.reserved_bytes = self.granted_now.load(SeqCst) as u64;
+        out
+    }
+}
+
+impl Drop for BufferPool {
+    fn drop(&mut self) {
+        if let Some(memory) = &self.memory {
+            memory.shrink(*self.granted.get_mut());
+        }
+    }
+}
+
+/// One request waiting for a read; leaves the read when dropped before it finished.
+struct Waiter<'a> {
+    pool: &'a BufferPool,
+    key: PageKey,
+    read: SharedRead,
+    done: bool,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pool.leave(self.key, &self.read);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::buf::Recycler;
+    use crate::storage::page::AlignedBuf;
+
+    fn page(byte: u8) -> PageBuf {
+        let mut buf = AlignedBuf::zeroed(4096);
+        buf[0] = byte;
+        PageBuf::new(buf, None::<Arc<Recycler>>)
+    }
+
+    #[derive(Debug, Default)]
+    struct Limited {
+        limit: usize,
+        held: Mutex<usize>,
+    }
+
+    impl PoolMemory for Limited {
+        fn try_grow(&self, bytes: usize) -> bool {
+            let mut held = self.held.lock();
+            if *held + bytes > self.limit {
+                return false;
+            }
+            *held += bytes;
+            true
+        }
+        fn shrink(&self, bytes: usize) {
+            *self.held.lock() -= bytes;
+        }
+    }
+
+    #[tokio::test]
+    async fn abandoned_reads_leave_no_entry() {
+        let pool = BufferPool::new(1 << 20);
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let rx = rx.shared();
+        let reads: Vec<_> = (0..3)
+            .map(|_| {
+                let rx = rx.clone();
+                Box::pin(pool.get((FileId(0), 0), 4096, PageHint::Data, move || {
+                    async move {
+                        let _ = rx.await;
+                        Ok(page(1))
+                    }
+                    .boxed()
+                }))
+            })
+            .collect();
+        let mut reads: Vec<_> = reads.into_iter().map(Some).collect();
+        for r in reads.iter_mut() {
+            assert!(futures::poll!(r.as_mut().unwrap()).is_pending());
+        }
+        assert_eq!(pool.stats().loading, 1);
+        assert_eq!(pool.stats().joined, 2);
+        reads[0] = None;
+        reads[1] = None;
+        assert_eq!(pool.stats().loading, 1, "one waiter is left");
+        reads[2] = None;
+        let s = pool.stats();
+        assert_eq!(
+            (s.loading, s.pages, s.used_bytes, s.abandoned),
+            (0, 0, 0, 1)
+        );
+        drop(tx);
+        // The next request reads again.
+        let (p, cached) = pool
+            .get((FileId(0), 0), 4096, PageHint::Data, || {
+                futures::future::ready(Ok(page(2))).boxed()
+            })
+            .await
+            .unwrap();
+        assert_eq!((p[0], cached), (2, false));
+        assert_eq!(pool.stats().pages, 1);
+    }
+
+    #[tokio::test]
+    async fn memory_refused_means_eviction_and_is_given_back() {
+        let memory = Arc::new(Limited {
+            limit: 2 * GRANULE,
+            ..Default::default()
+        });
+        let pool = BufferPool::with_memory(1 << 30, Some(memory.clone()));
+        for i in 0..2000u64 {
+            let (p, _) = pool
+                .get((FileId(0), i * 4096), 4096, PageHint::Data, move || {
+                    futures::future::ready(Ok(page(i as u8))).boxed()
+                })
+                .await
+                .unwrap();
+            assert_eq!(p[0], i as u8);
+            assert!(*memory.held.lock() <= 2 * GRANULE);
+        }
+        let s = pool.stats();
+        assert!(s.used_bytes as usize <= 2 * GRANULE, "{s:?}");
+        assert!(s.evictions > 0, "{s:?}");
+        assert_eq!(s.reserved_bytes as usize, *memory.held.lock());
+        pool.clear();
+        assert!(*memory.held.lock() <= 2 * GRANULE);
+        drop(pool);
+        assert_eq!(*memory.held.lock(), 0, "all given back");
+    }
+
+    #[tokio::test]
+    async fn a_smaller_budget_evicts_at_once() {
+        let pool = BufferPool::new(1 << 20);
+        for i in 0..100u64 {
+            pool.get((FileId(0), i * 4096), 4096, PageHint::Data, move || {
+                futures::future::ready(Ok(page(0))).boxed()
+            })
+            .await
+            .unwrap();
+        }
+        assert_eq!(pool.stats().used_bytes, 100 * 4096);
+        pool.set_budget(10 * 4096);
+        assert!(pool.stats().used_bytes <= 10 * 4096);
     }
 }

@@ -1,8 +1,9 @@
-//! The synchronous engine: one `pread` at a time, on the calling thread.
+//! The synchronous engine: `pread` on the calling thread.
 //!
 //! This is the in-order engine of the paper (IODE): the caller waits for each read before it
-//! can issue the next, and reads from several threads take turns, so at most one read is
-//! outstanding per engine. It is also the fallback where io_uring cannot be set up.
+//! can issue the next. A query in order holds a budget of one read, so it has one read
+//! outstanding; queries on other threads read at the same time (no lock is held across the
+//! system call). It is also the fallback where io_uring cannot be set up.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -23,19 +24,22 @@ pub struct SyncEngine {
     recycler: Arc<Recycler>,
     metrics: Arc<IoMetrics>,
     direct: bool,
-    one_at_a_time: parking_lot::Mutex<()>,
 }
 
 impl SyncEngine {
     /// A pread engine; `direct` opens files with O_DIRECT.
     pub fn new(direct: bool) -> Self {
+        Self::with_recycler(direct, Recycler::new(0))
+    }
+
+    /// A pread engine whose freed page buffers go to `recycler` (shared with the other
+    /// engines of a runtime: the frames of one buffer pool).
+    pub fn with_recycler(direct: bool, recycler: Arc<Recycler>) -> Self {
         Self {
             files: FileTable::default(),
-            // Pages evicted from the pool come back to the process's frames.
-            recycler: Recycler::shared(),
+            recycler,
             metrics: IoMetrics::new(),
             direct,
-            one_at_a_time: parking_lot::Mutex::new(()),
         }
     }
 
@@ -46,7 +50,6 @@ impl SyncEngine {
             StorageError::InvalidArgument(format!("file id {} was not opened", file.0))
         })?;
         let mut buf = self.recycler.get(len);
-        let _turn = self.one_at_a_time.lock();
         let guard = self.metrics.start_read();
         let mut done = 0;
         while done < len {
@@ -105,10 +108,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reuses_the_process_wide_page_buffers() {
-        let a = SyncEngine::new(false);
-        let b = SyncEngine::new(true);
-        assert!(Arc::ptr_eq(&a.recycler, &Recycler::shared()));
-        assert!(Arc::ptr_eq(&a.recycler, &b.recycler));
+    fn reuses_the_given_page_buffers() {
+        let recycler = Recycler::new(1 << 20);
+        let a = SyncEngine::with_recycler(false, recycler.clone());
+        assert!(Arc::ptr_eq(&a.recycler, &recycler));
     }
 }

@@ -1,8 +1,12 @@
 //! Page-read estimates from index statistics: exact entry counts in a key range (two B+tree
 //! descents each) and average entries per key.
 
-use crate::exec::ScanEstimate;
-use crate::io::TableIo;
+use std::sync::Arc;
+
+use crate::access::plan_time::count_ranges_now;
+pub use crate::access::plan_time::{ScanEstimate, counted_ranges, estimate_from_counts};
+use crate::access::{QueryIo, TableIo};
+use crate::io::IoMetrics;
 use crate::storage::btree::KeyRange;
 use crate::storage::{IndexHandle, Table};
 
@@ -16,12 +20,16 @@ pub fn scan_pages(table: &Table) -> f64 {
     columnar.unwrap_or(m.heap_pages as f64).max(1.0)
 }
 
-/// At most this many ranges are counted exactly; the rest are extrapolated.
-const COUNTED_RANGES: usize = 32;
-
-/// Estimated rows and page reads of an index scan over `ranges`, counting entries now (see
-/// [`TableIo::count_entries_now`]).
-pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -> ScanEstimate {
+/// Estimated rows and page reads of an index scan over `ranges` of the `index_no`-th index,
+/// from exact counts read through the query's engine (see
+/// [`crate::access::plan_time::count_ranges_now`]), counted in `io`.
+pub fn index_scan_estimate(
+    io: &TableIo,
+    index_no: usize,
+    ranges: &[KeyRange],
+    query: &Arc<QueryIo>,
+    node_io: Arc<IoMetrics>,
+) -> ScanEstimate {
     let table = io.table();
     let Some(index) = table.indexes().get(index_no) else {
         return ScanEstimate {
@@ -29,55 +37,11 @@ pub fn index_scan_estimate(io: &TableIo, index_no: usize, ranges: &[KeyRange]) -
             pages: usize::MAX,
         };
     };
-    let entries = counted_ranges(ranges)
-        .iter()
-        // A failed count (damaged index) makes the estimate large: the scan is kept.
-        .map(|r| {
-            io.count_entries_now(index_no, r)
-                .unwrap_or(index.meta.tree.entries)
-        })
-        .sum();
+    // A failed count (damaged index) makes the estimate large: the scan is kept, and reports
+    // the damage itself if it reads there.
+    let entries =
+        count_ranges_now(io, index_no, ranges, query, node_io).unwrap_or(index.meta.tree.entries);
     estimate_from_counts(table, index_no, ranges.len(), entries)
-}
-
-/// The ranges whose entries are counted exactly (the others are extrapolated from them).
-pub fn counted_ranges(ranges: &[KeyRange]) -> &[KeyRange] {
-    &ranges[..ranges.len().min(COUNTED_RANGES)]
-}
-
-/// The estimate of an index scan over `ranges` ranges of index `index_no` whose
-/// [`counted_ranges`] hold `entries` entries.
-pub fn estimate_from_counts(
-    table: &Table,
-    index_no: usize,
-    ranges: usize,
-    entries: u64,
-) -> ScanEstimate {
-    let Some(index) = table.indexes().get(index_no) else {
-        return ScanEstimate {
-            rows: usize::MAX,
-            pages: usize::MAX,
-        };
-    };
-    let m = table.manifest();
-    let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
-    let counted = ranges.min(COUNTED_RANGES);
-    let entries = entries as f64 * ranges as f64 / counted.max(1) as f64;
-    let descents = ranges * index.meta.tree.height as usize;
-    if index.meta.is_sparse() {
-        // Entries are pages; one more page per range where the range starts mid-page.
-        let pages = entries + ranges as f64;
-        ScanEstimate {
-            rows: (pages * rows_per_page) as usize,
-            pages: pages as usize + descents,
-        }
-    } else {
-        let pages = entries.min(m.heap_pages as f64);
-        ScanEstimate {
-            rows: entries as usize,
-            pages: pages as usize + descents,
-        }
-    }
 }
 
 /// Estimated rows found and page reads per probe of `index` with a key of `key_len` columns.

@@ -30,7 +30,8 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
-use crate::exec::{IndexScanExec, OoodeConfig};
+use crate::config::OoodeConfig;
+use crate::exec::IndexScanExec;
 
 /// The rule (`ooode_one_pipeline`).
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, InListExpr, Literal};
 use datafusion::physical_expr::utils::split_conjunction;
 
-use crate::exec::context::to_df;
+use crate::access::to_df;
 use crate::storage::btree::KeyRange;
 use crate::storage::key::prefix_successor;
 use crate::storage::{KeyEncoder, Table};

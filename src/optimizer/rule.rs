@@ -21,6 +21,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
@@ -28,11 +29,11 @@ use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 
 use super::cost::{index_scan_estimate, probe_estimate, scan_pages};
 use super::ranges::{IndexCandidate, describe, index_candidates};
-use crate::exec::{
-    ExecutionMode, IndexJoinExec, IndexJoinKind, IndexJoinMode, IndexScanExec, InnerSide,
-    OoodeConfig, OoodeRuntime, OoodeScanExec, QueryIo, ScanEstimate,
-};
-use crate::io::TableIo;
+use crate::access::admission::LEVELS;
+use crate::access::{QueryIo, ScanEstimate, TableIo};
+use crate::config::{IndexJoinMode, OoodeConfig};
+use crate::exec::{IndexJoinExec, IndexJoinKind, IndexScanExec, InnerSide, OoodeScanExec};
+use crate::io::IoMetrics;
 
 /// The ooode physical optimizer rule.
 #[derive(Debug, Default)]
@@ -80,12 +81,12 @@ fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
         });
     }
     if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
-        return Some(scan.as_table_read_parts()).map(|(table, name, read, pred, out)| TableRead {
-            table,
-            name,
-            read_columns: read,
-            predicate: Some(pred),
-            output: out,
+        return Some(TableRead {
+            table: scan.table().clone(),
+            name: scan.table_name().to_string(),
+            read_columns: scan.read_columns().to_vec(),
+            predicate: Some(scan.predicate().clone()),
+            output: scan.output().map(<[usize]>::to_vec),
             index_scan: Some(scan.estimate()),
         });
     }
@@ -130,6 +131,8 @@ fn table_read(plan: &Arc<dyn ExecutionPlan>) -> Option<TableRead> {
 struct Planner<'a> {
     config: &'a OoodeConfig,
     query: Arc<QueryIo>,
+    /// Counters of the reads the rule's own estimates make.
+    plan_io: Arc<IoMetrics>,
 }
 
 impl Planner<'_> {
@@ -148,16 +151,22 @@ impl Planner<'_> {
             return Ok(None);
         };
         let table = scan.table().table();
-        // Estimates read index pages the way an in-order lookup does (see `count_entries_now`).
-        let counter = OoodeRuntime::get(self.config)
-            .table(table.dir(), ExecutionMode::InOrder, self.config.direct_io)
-            .unwrap_or_else(|_| scan.table().clone());
         let candidates = index_candidates(table, filter.predicate(), |c| {
             scan.projection().iter().position(|&p| p == c)
         })?;
+        // Counted through the query's own engine: cold, out of order, all ranges at once.
         let best = candidates
             .into_iter()
-            .map(|c| (index_scan_estimate(&counter, c.index, &c.ranges), c))
+            .map(|c| {
+                let estimate = index_scan_estimate(
+                    scan.table(),
+                    c.index,
+                    &c.ranges,
+                    &self.query,
+                    self.plan_io.clone(),
+                );
+                (estimate, c)
+            })
             .min_by_key(|(estimate, _)| estimate.pages);
         let Some((
             estimate,
@@ -175,19 +184,16 @@ impl Planner<'_> {
             return Ok(None);
         }
         Ok(Some(Arc::new(
-            IndexScanExec::try_new(
-                scan.table().clone(),
-                scan.table_name(),
-                index,
-                ranges,
-                text,
-                scan.projection().to_vec(),
-                filter.predicate().clone(),
-                filter.projection().as_ref().map(|p| p.to_vec()),
-                estimate,
-                self.query.clone(),
-            )?
-            .with_io(scan.io_metrics().clone()),
+            IndexScanExec::builder(scan.table().clone(), index, ranges, self.query.clone())
+                .name(scan.table_name())
+                .ranges_text(text)
+                .read_columns(scan.projection().to_vec())
+                .predicate(filter.predicate().clone())
+                .output(filter.projection().as_ref().map(|p| p.to_vec()))
+                .estimate(estimate)
+                .io(scan.io_metrics().clone())
+                .read_ahead(scan.read_ahead().cloned())
+                .build()?,
         )))
     }
 
@@ -325,16 +331,13 @@ impl Planner<'_> {
             read.output.clone(),
         )?);
         let estimated = outer_rows.map(|n| (n as f64 * rows_per_probe) as usize);
-        let node: Arc<dyn ExecutionPlan> = Arc::new(IndexJoinExec::try_new(
-            outer_plan.clone(),
-            outer_keys,
-            inner,
-            kind,
-            join.filter.clone(),
-            inner_side.negate(),
-            estimated,
-            self.query.clone(),
-        )?);
+        let node: Arc<dyn ExecutionPlan> = Arc::new(
+            IndexJoinExec::builder(outer_plan.clone(), outer_keys, inner, self.query.clone())
+                .kind(kind)
+                .filter(join.filter.clone(), inner_side.negate())
+                .estimated_rows(estimated)
+                .build()?,
+        );
         Ok(Some((
             cost,
             restore_join_output(join, node, inner_side, kind)?,
@@ -403,6 +406,51 @@ fn restore_join_output(
     Ok(Arc::new(ProjectionExec::try_new(exprs, node)?))
 }
 
+/// The budget of the query `plan` belongs to: the one its first ooode table scan was
+/// planned with (each scan makes one as DataFusion asks the provider for it; the rule gives
+/// every node of the plan the first, so a query has one).
+fn query_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
+    if let Some(scan) = plan.downcast_ref::<OoodeScanExec>() {
+        return Some(scan.query().clone());
+    }
+    plan.children().into_iter().find_map(query_of)
+}
+
+/// Gives each index node its level within the query: the closer to the output, the higher,
+/// so that its reads are admitted first (finished work leaves memory before new work starts).
+fn assign_levels(plan: &Arc<dyn ExecutionPlan>, above: usize) -> Result<Arc<dyn ExecutionPlan>> {
+    let level = LEVELS - 1 - above.min(LEVELS - 1);
+    let (node, below): (Arc<dyn ExecutionPlan>, usize) =
+        if let Some(join) = plan.downcast_ref::<IndexJoinExec>() {
+            (Arc::new(join.with_level(level)), above + 1)
+        } else if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
+            (Arc::new(scan.with_level(level)), above + 1)
+        } else {
+            (plan.clone(), above)
+        };
+    let children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
+    if children.is_empty() {
+        return Ok(node);
+    }
+    let new: Vec<Arc<dyn ExecutionPlan>> = children
+        .iter()
+        .map(|c| assign_levels(c, below))
+        .collect::<Result<_>>()?;
+    if new.iter().zip(&children).all(|(a, b)| Arc::ptr_eq(a, b)) {
+        return Ok(node);
+    }
+    node.replace_children(
+        new,
+        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+    )
+}
+
+fn has_index_nodes(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.is::<IndexJoinExec>()
+        || plan.is::<IndexScanExec>()
+        || plan.children().into_iter().any(has_index_nodes)
+}
+
 impl PhysicalOptimizerRule for OoodeIndexRule {
     fn optimize(
         &self,
@@ -412,33 +460,45 @@ impl PhysicalOptimizerRule for OoodeIndexRule {
         let Some(ooode) = config.extensions.get::<OoodeConfig>() else {
             return Ok(plan);
         };
-        // One read budget for every ooode node of this query.
+        let Some(query) = query_of(&plan) else {
+            return Ok(plan);
+        };
         let planner = Planner {
             config: ooode,
-            query: QueryIo::new(ooode),
+            query,
+            plan_io: IoMetrics::new(),
         };
-        plan.transform_up(|node| {
-            if let Some(scan) = node.downcast_ref::<OoodeScanExec>() {
-                return Ok(Transformed::yes(
-                    Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>,
-                ));
-            }
-            if ooode.index_join == IndexJoinMode::Never {
-                return Ok(Transformed::no(node));
-            }
-            if let Some(filter) = node.downcast_ref::<FilterExec>()
-                && let Some(new) = planner.index_scan(filter)?
-            {
-                return Ok(Transformed::yes(new));
-            }
-            if let Some(join) = node.downcast_ref::<HashJoinExec>()
-                && let Some(new) = planner.index_join(join)?
-            {
-                return Ok(Transformed::yes(new));
-            }
-            Ok(Transformed::no(node))
-        })
-        .map(|t| t.data)
+        let plan = plan
+            .transform_up(|node| {
+                if let Some(scan) = node.downcast_ref::<OoodeScanExec>() {
+                    if Arc::ptr_eq(scan.query(), &planner.query) {
+                        return Ok(Transformed::no(node));
+                    }
+                    return Ok(Transformed::yes(
+                        Arc::new(scan.with_query(planner.query.clone())) as Arc<dyn ExecutionPlan>,
+                    ));
+                }
+                if ooode.index_join == IndexJoinMode::Never {
+                    return Ok(Transformed::no(node));
+                }
+                if let Some(filter) = node.downcast_ref::<FilterExec>()
+                    && let Some(new) = planner.index_scan(filter)?
+                {
+                    return Ok(Transformed::yes(new));
+                }
+                if let Some(join) = node.downcast_ref::<HashJoinExec>()
+                    && let Some(new) = planner.index_join(join)?
+                {
+                    return Ok(Transformed::yes(new));
+                }
+                Ok(Transformed::no(node))
+            })
+            .map(|t| t.data)?;
+        if has_index_nodes(&plan) {
+            assign_levels(&plan, 0)
+        } else {
+            Ok(plan)
+        }
     }
 
     fn name(&self) -> &str {

@@ -21,7 +21,6 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::SessionContext;
-use ooode::exec::{OoodeConfig, OoodeRuntime};
 use ooode_tpch::datagen::{DataSet, default_root};
 use ooode_tpch::fig4::fig4_sql;
 
@@ -154,7 +153,7 @@ async fn main() -> Result<(), BoxError> {
         let plan = ooode.sql(&sql).await?.create_physical_plan().await?;
         println!("{}", displayable(plan.as_ref()).indent(true));
     }
-    let pool = OoodeRuntime::get(&OoodeConfig::default()).pool().clone();
+    let pool = ooode_providers::ooode_runtime(&ooode).pool().clone();
     if std::env::var_os("RULES").is_some() {
         return rule_times(&ooode, &sql, runs).await;
     }

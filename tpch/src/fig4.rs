@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use ooode::exec::{OoodeConfig, OoodeRuntime};
-
 use crate::datagen::DataSet;
 use crate::runner::{cold_rows, contexts, hot_rows, timed_rows};
 
@@ -101,12 +99,13 @@ pub async fn run(
     if !can_drop {
         eprintln!("cannot drop the OS page cache (not root): Parquet 'cold' runs are warm");
     }
-    let pool = OoodeRuntime::get(&OoodeConfig::default()).pool().clone();
+    let runtime = ooode_providers::ooode_runtime(&ooode);
+    let pool = runtime.pool().clone();
     let mut points = Vec::new();
     let mut io_samples = Vec::new();
     let largest = ns.iter().copied().max().unwrap_or(0);
-    let engine_metrics = OoodeRuntime::get(&OoodeConfig::default())
-        .engine(ooode::exec::ExecutionMode::OutOfOrder, true)
+    let engine_metrics = runtime
+        .engine(ooode::config::ExecutionMode::OutOfOrder, true)
         .metrics()
         .clone();
     for &n in ns {

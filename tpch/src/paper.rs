@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use datafusion::prelude::SessionContext;
-use ooode::exec::{ExecutionMode, OoodeConfig, OoodeRuntime};
+use ooode::config::ExecutionMode;
 
 use crate::datagen::DataSet;
 use crate::fig4::drop_os_cache;
@@ -133,7 +133,7 @@ pub async fn run(
     limit: Duration,
 ) -> Result<PaperReport, BoxError> {
     let (stock, ooode) = contexts(data).await?;
-    let runtime = OoodeRuntime::get(&OoodeConfig::default());
+    let runtime = ooode_providers::ooode_runtime(&ooode);
     let pool = runtime.pool().clone();
     let engine_metrics = runtime
         .engine(ExecutionMode::OutOfOrder, true)

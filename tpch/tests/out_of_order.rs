@@ -7,7 +7,8 @@ use std::sync::Arc;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use indicatif::ProgressBar;
-use ooode::exec::{IndexJoinExec, OoodeConfig, OoodeRuntime, QueryIo};
+use ooode::access::QueryIo;
+use ooode::exec::IndexJoinExec;
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
 use ooode_tpch::tables::table;
 
@@ -35,7 +36,7 @@ fn find_joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<QueryIo>>, levels
 
 /// Runs the Fig. 4 query from a cold buffer pool; returns (result, query counters, join levels).
 async fn run_cold(ctx: &SessionContext, n: u64) -> (String, Arc<QueryIo>, usize) {
-    OoodeRuntime::get(&OoodeConfig::default()).pool().clear();
+    ooode_providers::ooode_runtime(ctx).pool().clear();
     let plan = ctx
         .sql(&fig4(n))
         .await

@@ -8,7 +8,8 @@ use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use indicatif::ProgressBar;
-use ooode::exec::{IndexJoinExec, QueryIo};
+use ooode::access::QueryIo;
+use ooode::exec::IndexJoinExec;
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
 use ooode_tpch::runner::{run_sql, sorted_rows};
 use ooode_tpch::tables::TABLES;
@@ -108,7 +109,7 @@ async fn concurrent_queries_cancellation_and_faults() {
     let io = &ios[0];
     let mut idle = false;
     for _ in 0..200 {
-        if io.metrics.snapshot().in_flight == 0 && io.permits.available_permits() == 256 {
+        if io.metrics.snapshot().in_flight == 0 && io.permits_in_use() == 0 {
             idle = true;
             break;
         }

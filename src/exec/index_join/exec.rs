@@ -23,12 +23,15 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
+use datafusion::execution::memory_pool::MemoryConsumer;
+
 use super::output::OutputSpec;
-use super::stream::{JoinWork, run};
+use super::stream::{JoinWork, Limits, run};
+use crate::access::{QueryIo, StepCtx, TableIo, to_df};
 use crate::exec::ONE_PIPELINE_ROWS;
-use crate::exec::context::{QueryIo, to_df};
 use crate::exec::metrics::{NodeMetrics, Published};
-use crate::io::{IoMetrics, TableIo};
+use crate::io::IoMetrics;
+use crate::io::batch::Batched;
 use crate::storage::KeyEncoder;
 
 /// Which rows the join produces (the outer input is the preserved side).
@@ -143,6 +146,7 @@ pub struct IndexJoinExec {
     schema: SchemaRef,
     estimated_rows: Option<usize>,
     query: Arc<QueryIo>,
+    level: usize,
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
     /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
@@ -150,21 +154,77 @@ pub struct IndexJoinExec {
     properties: Arc<PlanProperties>,
 }
 
+/// Builds an [`IndexJoinExec`].
+#[derive(Debug)]
+pub struct IndexJoinBuilder {
+    outer: Arc<dyn ExecutionPlan>,
+    outer_keys: Vec<Arc<dyn PhysicalExpr>>,
+    inner: Arc<InnerSide>,
+    query: Arc<QueryIo>,
+    kind: IndexJoinKind,
+    filter: Option<JoinFilter>,
+    outer_side: JoinSide,
+    estimated_rows: Option<usize>,
+}
+
+impl IndexJoinBuilder {
+    /// Which rows the join produces (default: inner).
+    pub fn kind(mut self, kind: IndexJoinKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The original join's filter, in which the outer input was `outer_side`.
+    pub fn filter(mut self, filter: Option<JoinFilter>, outer_side: JoinSide) -> Self {
+        self.filter = filter;
+        self.outer_side = outer_side;
+        self
+    }
+
+    /// Rows the optimizer expects (statistics; small joins run as one pipeline).
+    pub fn estimated_rows(mut self, rows: Option<usize>) -> Self {
+        self.estimated_rows = rows;
+        self
+    }
+
+    /// The join.
+    pub fn build(self) -> Result<IndexJoinExec> {
+        IndexJoinExec::new(self)
+    }
+}
+
 impl IndexJoinExec {
-    /// A join of `outer` (keys `outer_keys`) with `inner`. Output columns: the outer input's,
-    /// then (inner and left outer joins) the inner side's. `filter` is the original join's
-    /// filter, in which the outer input was `outer_side`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn try_new(
+    /// A join of `outer` (keys `outer_keys`) with `inner`, reading under `query`. Output
+    /// columns: the outer input's, then (inner and left outer joins) the inner side's.
+    pub fn builder(
         outer: Arc<dyn ExecutionPlan>,
         outer_keys: Vec<Arc<dyn PhysicalExpr>>,
         inner: Arc<InnerSide>,
-        kind: IndexJoinKind,
-        filter: Option<JoinFilter>,
-        outer_side: JoinSide,
-        estimated_rows: Option<usize>,
         query: Arc<QueryIo>,
-    ) -> Result<Self> {
+    ) -> IndexJoinBuilder {
+        IndexJoinBuilder {
+            outer,
+            outer_keys,
+            inner,
+            query,
+            kind: IndexJoinKind::Inner,
+            filter: None,
+            outer_side: JoinSide::Left,
+            estimated_rows: None,
+        }
+    }
+
+    fn new(b: IndexJoinBuilder) -> Result<Self> {
+        let IndexJoinBuilder {
+            outer,
+            outer_keys,
+            inner,
+            query,
+            kind,
+            filter,
+            outer_side,
+            estimated_rows,
+        } = b;
         if outer_keys.len() != inner.encoder.columns() {
             return internal_err!(
                 "{} join keys for an index key of {}",
@@ -209,11 +269,25 @@ impl IndexJoinExec {
             schema,
             estimated_rows,
             query,
+            level: 0,
             io: IoMetrics::new(),
             metrics: ExecutionPlanMetricsSet::new(),
             node_metrics: Default::default(),
             properties,
         })
+    }
+
+    /// The same join reading at priority `level` within its query (higher: served first).
+    pub fn with_level(&self, level: usize) -> Self {
+        Self {
+            level,
+            ..self.clone()
+        }
+    }
+
+    /// Its priority within its query.
+    pub fn level(&self) -> usize {
+        self.level
     }
 
     /// The node's I/O counters (all partitions).
@@ -303,16 +377,19 @@ impl ExecutionPlan for IndexJoinExec {
         let [outer] = <[_; 1]>::try_from(children).map_err(|_| {
             datafusion::common::DataFusionError::Internal("IndexJoinExec has one child".into())
         })?;
-        Ok(Arc::new(Self::try_new(
+        let mut join = IndexJoinExec::builder(
             outer,
             self.outer_keys.clone(),
             self.inner.clone(),
-            self.kind,
-            self.filter.clone(),
-            self.outer_side,
-            self.estimated_rows,
             self.query.clone(),
-        )?))
+        )
+        .kind(self.kind)
+        .filter(self.filter.clone(), self.outer_side)
+        .estimated_rows(self.estimated_rows)
+        .build()?;
+        join.level = self.level;
+        join.io = self.io.clone();
+        Ok(Arc::new(join))
     }
 
     fn with_new_children(
@@ -335,7 +412,8 @@ impl ExecutionPlan for IndexJoinExec {
             .node_metrics
             .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
             .clone();
-        let permits = self.query.permits.available_permits().max(1);
+        let limit = self.query.limit();
+        let batch_size = context.session_config().batch_size().max(1);
         let work = JoinWork {
             outer,
             outer_keys: self.outer_keys.clone(),
@@ -346,16 +424,22 @@ impl ExecutionPlan for IndexJoinExec {
                 filter: self.filter.clone(),
                 outer_side: self.outer_side,
             },
-            query: self.query.clone(),
+            steps: StepCtx::new(self.query.clone(), self.io.clone(), self.level),
             node: node.clone(),
-            max_probes: permits * 4,
-            // Small output batches let the next join of a chain start early (its probes then
-            // overlap this join's); DataFusion's batch size caps them.
-            flush_rows: context.session_config().batch_size().clamp(1, 256),
+            limits: Limits {
+                max_probes: (4 * limit).clamp(4, 16384),
+                max_fetches: (2 * limit).clamp(2, 8192),
+                // Small output batches let the next join of a chain start early (its probes
+                // then overlap this join's); DataFusion's batch size caps them.
+                batch_rows: batch_size.min(256),
+                out_bytes: crate::exec::OUTPUT_BYTES,
+            },
+            memory: MemoryConsumer::new(format!("IndexJoinExec[{partition}]"))
+                .register(context.memory_pool()),
         };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
-        builder.spawn(async move { run(work, tx).await });
+        builder.spawn(Batched(Box::pin(run(work, tx))));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
             Published::new(builder.build(), node),

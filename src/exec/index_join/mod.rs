@@ -4,4 +4,4 @@ mod exec;
 mod output;
 mod stream;
 
-pub use exec::{IndexJoinExec, IndexJoinKind, InnerSide};
+pub use exec::{IndexJoinBuilder, IndexJoinExec, IndexJoinKind, InnerSide};

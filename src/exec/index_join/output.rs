@@ -1,5 +1,13 @@
-//! Turning the inner rows found for one key into join output rows.
+//! Turning the inner rows found for one key into join output rows, a bounded chunk at a time.
+//!
+//! The outer rows of one key (`rows` of an outer batch) and the inner rows of one heap page
+//! (`inner`, already through the inner side's own predicate) make a grid of candidate pairs:
+//! pair `p` is outer row `rows[p / m]` with inner row `p % m`, `m` inner rows. [`OutputSpec::pairs`]
+//! turns a range of that grid into output rows (and notes which outer rows found a match), so
+//! a key with a million matches never becomes one batch; [`OutputSpec::finish`] adds what a
+//! semi, anti or outer join owes for the key once all its pairs are through.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array, new_null_array};
@@ -29,84 +37,113 @@ fn take_all(batch: &RecordBatch, idx: &UInt32Array) -> Result<Vec<ArrayRef>> {
 }
 
 impl OutputSpec {
-    /// Output rows for outer rows `rows` of `outer`, all with the same key, whose inner
-    /// matches are `inner` (already filtered by the inner side's own predicate).
-    pub fn build(
+    /// Whether the kind needs to know, per outer row, whether any pair passed (semi, anti and
+    /// outer joins).
+    pub fn tracks_matches(&self) -> bool {
+        self.kind != IndexJoinKind::Inner
+    }
+
+    /// Whether pairs become output rows (inner and outer joins).
+    pub fn emits_pairs(&self) -> bool {
+        matches!(self.kind, IndexJoinKind::Inner | IndexJoinKind::LeftOuter)
+    }
+
+    /// Whether a pair's outcome depends on more than the key (a join filter).
+    pub fn has_filter(&self) -> bool {
+        self.filter.is_some()
+    }
+
+    /// Output rows of the pairs `grid` (of `rows.len() x inner.num_rows()`); sets
+    /// `matched[i]` for the outer rows `rows[i]` with a passing pair. None when no pair is
+    /// output (semi and anti joins, or none passed).
+    pub fn pairs(
         &self,
         outer: &RecordBatch,
         rows: &[u32],
         inner: &RecordBatch,
-    ) -> Result<RecordBatch> {
+        grid: Range<usize>,
+        matched: Option<&mut [bool]>,
+    ) -> Result<Option<RecordBatch>> {
         let m = inner.num_rows();
-        // Candidate pairs: every outer row with every inner row.
-        let outer_idx =
-            UInt32Array::from_iter_values(rows.iter().flat_map(|&r| std::iter::repeat_n(r, m)));
-        let inner_idx = UInt32Array::from_iter_values((0..rows.len()).flat_map(|_| 0..m as u32));
+        if m == 0 || grid.is_empty() {
+            return Ok(None);
+        }
+        let outer_idx = UInt32Array::from_iter_values(grid.clone().map(|p| rows[p / m]));
+        let inner_idx = UInt32Array::from_iter_values(grid.clone().map(|p| (p % m) as u32));
         let pass: Option<BooleanArray> = match &self.filter {
-            Some(f) if m > 0 => Some(self.eval_filter(f, outer, &outer_idx, inner, &inner_idx)?),
-            _ => None,
+            Some(f) => Some(clean(
+                &self.eval_filter(f, outer, &outer_idx, inner, &inner_idx)?,
+            )),
+            None => None,
         };
-        let passes = |pair: usize| {
-            pass.as_ref()
-                .is_none_or(|p| p.is_valid(pair) && p.value(pair))
+        if let Some(matched) = matched {
+            for (i, p) in grid.clone().enumerate() {
+                if pass.as_ref().is_none_or(|mask| mask.value(i)) {
+                    matched[p / m] = true;
+                }
+            }
+        }
+        if !self.emits_pairs() {
+            return Ok(None);
+        }
+        let mut cols = take_all(outer, &outer_idx)?;
+        cols.extend(take_all(inner, &inner_idx)?);
+        let joined = RecordBatch::try_new(self.schema.clone(), cols)?;
+        let joined = match &pass {
+            Some(mask) => filter_record_batch(&joined, mask)?,
+            None => joined,
         };
+        Ok((joined.num_rows() > 0).then_some(joined))
+    }
+
+    /// What the join owes for the outer rows `rows` of one key once all their pairs are
+    /// through: semi the matched rows, anti the others, left outer the others padded with
+    /// nulls, inner nothing.
+    pub fn finish(
+        &self,
+        outer: &RecordBatch,
+        rows: &[u32],
+        matched: &[bool],
+    ) -> Result<Option<RecordBatch>> {
+        let pick = |want: bool| -> Vec<u32> {
+            rows.iter()
+                .zip(matched)
+                .filter(|(_, m)| **m == want)
+                .map(|(r, _)| *r)
+                .collect()
+        };
+        let picked = match self.kind {
+            IndexJoinKind::Inner => return Ok(None),
+            IndexJoinKind::Semi => pick(true),
+            IndexJoinKind::Anti | IndexJoinKind::LeftOuter => pick(false),
+        };
+        if picked.is_empty() {
+            return Ok(None);
+        }
         match self.kind {
-            IndexJoinKind::Inner | IndexJoinKind::LeftOuter => {
-                let mut cols = take_all(outer, &outer_idx)?;
-                cols.extend(take_all(inner, &inner_idx)?);
-                let joined = RecordBatch::try_new(self.schema.clone(), cols)?;
-                let joined = match &pass {
-                    Some(p) => filter_record_batch(&joined, &clean(p))?,
-                    None => joined,
-                };
-                if self.kind == IndexJoinKind::Inner {
-                    return Ok(joined);
-                }
-                let unmatched: Vec<u32> = rows
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !(0..m).any(|j| passes(i * m + j)))
-                    .map(|(_, &r)| r)
-                    .collect();
-                if unmatched.is_empty() {
-                    return Ok(joined);
-                }
-                let padded = self.outer_with_nulls(outer, &unmatched)?;
-                Ok(arrow::compute::concat_batches(
-                    &self.schema,
-                    [&joined, &padded],
-                )?)
-            }
-            IndexJoinKind::Semi | IndexJoinKind::Anti => {
-                let want_match = self.kind == IndexJoinKind::Semi;
-                let keep: Vec<u32> = rows
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| (0..m).any(|j| passes(i * m + j)) == want_match)
-                    .map(|(_, &r)| r)
-                    .collect();
-                let idx = UInt32Array::from(keep);
-                Ok(RecordBatch::try_new(
-                    self.schema.clone(),
-                    take_all(outer, &idx)?,
-                )?)
-            }
+            IndexJoinKind::LeftOuter => self.outer_with_nulls(outer, &picked).map(Some),
+            _ => self.outer_rows(outer, &picked).map(Some),
         }
     }
 
     /// Output for outer rows that cannot match (a null key): kept by anti and outer joins.
     pub fn unmatched(&self, outer: &RecordBatch, rows: &[u32]) -> Result<Option<RecordBatch>> {
+        if rows.is_empty() {
+            return Ok(None);
+        }
         match self.kind {
             IndexJoinKind::Inner | IndexJoinKind::Semi => Ok(None),
-            IndexJoinKind::Anti => {
-                let idx = UInt32Array::from(rows.to_vec());
-                Ok(Some(RecordBatch::try_new(
-                    self.schema.clone(),
-                    take_all(outer, &idx)?,
-                )?))
-            }
-            IndexJoinKind::LeftOuter => Ok(Some(self.outer_with_nulls(outer, rows)?)),
+            IndexJoinKind::Anti => self.outer_rows(outer, rows).map(Some),
+            IndexJoinKind::LeftOuter => self.outer_with_nulls(outer, rows).map(Some),
         }
+    }
+
+    fn outer_rows(&self, outer: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
+        let idx = UInt32Array::from(rows.to_vec());
+        Ok(RecordBatch::try_new(
+            self.schema.clone(),
+            take_all(outer, &idx)?,
+        )?)
     }
 
     fn outer_with_nulls(&self, outer: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {

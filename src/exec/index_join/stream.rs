@@ -1,41 +1,58 @@
 //! The work of one partition of an index nested-loop join.
 //!
 //! ```text
-//!   outer batches ──> per distinct key: a probe task
-//!        probe: B+tree descent (one page read at a time) ──> row ids
-//!               ──> the heap pages holding them, read concurrently
-//!               ──> rows: key check (sparse index), inner predicate ──> output rows
-//!   output rows collect and go out in batches; outer batches keep being pulled while
-//!   probes run, so in a chain the next join starts on early rows while this one works
+//!   outer batches ──> per distinct key: a probe
+//!     probe: B+tree walk, a leaf of row ids at a time ──> per heap page: a fetch job
+//!     fetch: page read (under a permit, held until decoded) ──> rows: key check (sparse
+//!            index), inner predicate ──> pairs (outer rows of the key x these rows) queued
+//!   queue ──(as the consumer takes them)──> pairs turned into output rows, batch-size
+//!            chunks at most; a probe's last item adds what semi / anti / outer joins owe
 //! ```
 //!
-//! Every probe of every outer batch lives in one `FuturesUnordered`: the probe whose read
-//! completes first runs its next step first. Outer batches are pulled only while fewer than
-//! `max_probes` probes are pending (backpressure), and reads in flight are bounded by the
-//! query's budget.
+//! Every step of every probe lives in one `FuturesUnordered` that the loop always polls, so
+//! whichever read completes first runs first and no step holding a permit waits for the
+//! consumer. What the loop starts is bounded: outer batches are pulled while fewer than
+//! `max_probes` probes are open, leaves are walked while fewer than `max_fetches` page reads
+//! are pending, and neither while the queued output holds `out_bytes` or more. Pairs are
+//! turned into rows only when they are sent, so a key with a million matches streams in
+//! batch-size chunks. Outer batches held by open probes and the queued output are reserved
+//! in DataFusion's memory pool; over its limit the query fails with `ResourcesExhausted`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::concat_batches;
-use arrow::datatypes::SchemaRef;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::filter::batch_filter;
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
+use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
 use super::output::{OutputSpec, compact_views};
-use crate::exec::context::QueryIo;
+use crate::access::steps::{StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves};
+use crate::access::to_df;
 use crate::exec::metrics::NodeMetrics;
-use crate::exec::probe::{StepMetrics, decode_rows, group_by_page, heap_page, lookup};
 use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
+
+/// How much one partition of the join may have open at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Probes (distinct outer keys) open.
+    pub max_probes: usize,
+    /// Heap page fetches pending.
+    pub max_fetches: usize,
+    /// Rows per output batch.
+    pub batch_rows: usize,
+    /// Bytes of queued output above which nothing new starts.
+    pub out_bytes: usize,
+}
 
 /// What a partition of the join needs.
 pub struct JoinWork {
@@ -43,76 +60,447 @@ pub struct JoinWork {
     pub outer_keys: Vec<Arc<dyn PhysicalExpr>>,
     pub inner: Arc<InnerSide>,
     pub output: OutputSpec,
-    pub query: Arc<QueryIo>,
+    pub steps: StepCtx,
     pub node: NodeMetrics,
-    pub max_probes: usize,
-    pub flush_rows: usize,
+    pub limits: Limits,
+    pub memory: MemoryReservation,
 }
 
-type ProbeResult = Result<Option<RecordBatch>>;
+type Leaves = BoxStream<'static, Result<Vec<u64>>>;
 
-/// Rows of the inner table whose key is `key` (a full key or a key prefix), after the inner
-/// predicate, projected to the inner output columns.
-async fn probe(
+enum Job {
+    /// The next leaf of a probe's walk (None: the walk is over).
+    Leaf(u64, (Option<Result<Vec<u64>>>, Leaves)),
+    /// Rows of one heap page for a probe.
+    Rows(u64, Result<RecordBatch>),
+}
+
+struct OuterBatch {
+    batch: RecordBatch,
+    open_probes: usize,
+    bytes: usize,
+}
+
+struct Probe {
+    outer: u64,
+    rows: Arc<[u32]>,
+    key: Arc<[u8]>,
+    /// Walk still going, fetches pending, pair items queued.
+    pending: usize,
+    matched: Option<Vec<bool>>,
+    /// A semi or anti join without filter has its answer once any row matched.
+    settled: bool,
+}
+
+enum Work {
+    /// Pairs of a probe's outer rows with one page's inner rows, from grid position `next`.
+    Pairs {
+        probe: u64,
+        inner: RecordBatch,
+        next: usize,
+        bytes: usize,
+    },
+    /// Rows ready to go.
+    Rows(RecordBatch, usize),
+    /// A probe's end: what semi / anti / outer joins owe for its rows.
+    Finish(u64),
+}
+
+struct Join {
+    spec: OutputSpec,
     inner: Arc<InnerSide>,
-    key: Vec<u8>,
-    query: Arc<QueryIo>,
-    steps: StepMetrics,
-) -> Result<RecordBatch> {
-    let table = &inner.table;
-    let ids = lookup(
-        table,
-        inner.index,
-        KeyRange::prefix(key.clone()),
-        &query,
-        &steps,
-    )
-    .await?;
-    let pages = group_by_page(&ids);
-    let inner_ref = &inner;
-    let mut fetches: FuturesUnordered<_> = pages
-        .into_iter()
-        .map(|(page_no, slots)| {
-            let (query, steps, inner) = (query.clone(), steps.clone(), inner_ref);
-            async move {
-                let page = heap_page(table, page_no, &query, &steps).await?;
-                let slots = (!inner.sparse).then_some(slots.as_slice());
-                decode_rows(table, page_no, &page, &inner.decode_columns, slots)
+    steps: StepCtx,
+    limits: Limits,
+    memory: MemoryReservation,
+    outers: HashMap<u64, OuterBatch>,
+    probes: HashMap<u64, Probe>,
+    next_id: u64,
+    jobs: FuturesUnordered<BoxFuture<'static, Job>>,
+    fetches: usize,
+    parked: VecDeque<(u64, Leaves)>,
+    out: VecDeque<Work>,
+    out_bytes: usize,
+}
+
+/// Runs one partition of the join, sending output batches to `tx`.
+pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+    let JoinWork {
+        mut outer,
+        outer_keys,
+        inner,
+        output,
+        steps,
+        node,
+        limits,
+        memory,
+    } = work;
+    let mut join = Join {
+        spec: output,
+        inner,
+        steps,
+        limits,
+        memory,
+        outers: HashMap::new(),
+        probes: HashMap::new(),
+        next_id: 0,
+        jobs: FuturesUnordered::new(),
+        fetches: 0,
+        parked: VecDeque::new(),
+        out: VecDeque::new(),
+        out_bytes: 0,
+    };
+    let mut outer_done = false;
+    loop {
+        let room = join.out_bytes < join.limits.out_bytes;
+        while room && join.fetches < join.limits.max_fetches {
+            let Some((probe, leaves)) = join.parked.pop_front() else {
+                break;
+            };
+            join.resume(probe, leaves);
+        }
+        let want_outer = !outer_done && room && join.probes.len() < join.limits.max_probes;
+        if outer_done && join.jobs.is_empty() && join.parked.is_empty() && join.out.is_empty() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            permit = tx.reserve(), if !join.out.is_empty() => {
+                let Ok(permit) = permit else {
+                    return Ok(()); // consumer gone: stop
+                };
+                if let Some(batch) = join.next_batch()? {
+                    permit.send(Ok(batch));
+                }
             }
-        })
-        .collect();
-    let mut parts = Vec::new();
-    while let Some(rows) = fetches.next().await {
-        let mut rows = rows?;
-        if inner.sparse {
+            Some(job) = join.jobs.next(), if !join.jobs.is_empty() => join.done(job)?,
+            next = outer.next(), if want_outer => match next {
+                None => outer_done = true,
+                Some(batch) => join.add_outer(batch?, &outer_keys, &node)?,
+            },
+            else => {
+                return Err(DataFusionError::Internal(
+                    "index join: nothing to wait for, yet work is open".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Join {
+    fn grow(&mut self, bytes: usize) -> Result<()> {
+        self.memory.try_grow(bytes)
+    }
+
+    /// Opens the probes of one outer batch.
+    fn add_outer(
+        &mut self,
+        batch: RecordBatch,
+        keys: &[Arc<dyn PhysicalExpr>],
+        node: &NodeMetrics,
+    ) -> Result<()> {
+        let (keyed, unmatched) = group_keys(&batch, keys, &self.inner.encoder)?;
+        if let Some(rows) = self.spec.unmatched(&batch, &unmatched)? {
+            self.queue_rows(rows)?;
+        }
+        if keyed.is_empty() {
+            return Ok(());
+        }
+        node.add_probes(keyed.len());
+        let bytes = batch.get_array_memory_size();
+        self.grow(bytes)?;
+        let outer_id = self.id();
+        self.outers.insert(
+            outer_id,
+            OuterBatch {
+                batch,
+                open_probes: keyed.len(),
+                bytes,
+            },
+        );
+        for (key, rows) in keyed {
+            let id = self.id();
+            let key: Arc<[u8]> = key.into();
+            let leaves = lookup_leaves(
+                self.inner.table.clone(),
+                self.inner.index,
+                KeyRange::prefix(key.to_vec()),
+                self.steps.clone(),
+            )
+            .boxed();
+            let matched = self.spec.tracks_matches().then(|| vec![false; rows.len()]);
+            self.probes.insert(
+                id,
+                Probe {
+                    outer: outer_id,
+                    rows: rows.into(),
+                    key,
+                    pending: 1,
+                    matched,
+                    settled: false,
+                },
+            );
+            self.parked.push_back((id, leaves));
+        }
+        Ok(())
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Walks a probe's next leaf (or ends a probe whose answer is known).
+    fn resume(&mut self, probe: u64, leaves: Leaves) {
+        if self.probes.get(&probe).is_some_and(|p| p.settled) {
+            self.release(probe);
+            return;
+        }
+        self.jobs.push(
+            leaves
+                .into_future()
+                .map(move |next| Job::Leaf(probe, next))
+                .boxed(),
+        );
+    }
+
+    fn done(&mut self, job: Job) -> Result<()> {
+        match job {
+            Job::Leaf(probe, (None, _)) => self.release(probe),
+            Job::Leaf(_, (Some(Err(e)), _)) => return Err(e),
+            Job::Leaf(probe, (Some(Ok(ids)), leaves)) => {
+                let settled = self.probes.get(&probe).is_none_or(|p| p.settled);
+                if !settled {
+                    self.fetch_pages(probe, &ids);
+                }
+                self.parked.push_back((probe, leaves));
+            }
+            Job::Rows(probe, rows) => {
+                self.fetches -= 1;
+                let rows = rows?;
+                self.add_rows(probe, rows)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn fetch_pages(&mut self, probe: u64, ids: &[u64]) {
+        let Some(p) = self.probes.get_mut(&probe) else {
+            return;
+        };
+        for (page_no, slots) in group_by_page(ids) {
+            p.pending += 1;
+            self.fetches += 1;
+            let (inner, steps, key) = (self.inner.clone(), self.steps.clone(), p.key.clone());
+            self.jobs.push(
+                async move {
+                    let rows = async {
+                        let held = heap_page(&inner.table, page_no, &steps).await?;
+                        inner.page_rows(page_no, &held.page, &slots, &key)
+                    }
+                    .await;
+                    Job::Rows(probe, rows)
+                }
+                .boxed(),
+            );
+        }
+    }
+
+    /// Inner rows of one page found for `probe`.
+    fn add_rows(&mut self, probe: u64, rows: RecordBatch) -> Result<()> {
+        let Some(p) = self.probes.get_mut(&probe) else {
+            return Ok(());
+        };
+        if rows.num_rows() == 0 || p.settled {
+            self.release(probe);
+            return Ok(());
+        }
+        if !self.spec.emits_pairs() && !self.spec.has_filter() {
+            // Semi or anti without a filter: one row answers for every outer row of the key.
+            if let Some(m) = &mut p.matched {
+                m.iter_mut().for_each(|x| *x = true);
+            }
+            p.settled = true;
+            self.release(probe);
+            return Ok(());
+        }
+        let bytes = rows.get_array_memory_size();
+        self.grow(bytes)?;
+        self.out_bytes += bytes;
+        self.out.push_back(Work::Pairs {
+            probe,
+            inner: rows,
+            next: 0,
+            bytes,
+        });
+        Ok(())
+    }
+
+    /// One unit of a probe's pending work is over; the last one ends the probe.
+    fn release(&mut self, probe: u64) {
+        let Some(p) = self.probes.get_mut(&probe) else {
+            return;
+        };
+        p.pending -= 1;
+        if p.pending > 0 {
+            return;
+        }
+        if self.spec.tracks_matches() {
+            self.out.push_back(Work::Finish(probe));
+        } else {
+            self.close(probe);
+        }
+    }
+
+    /// Forgets a finished probe, and its outer batch once all of that batch's probes are done.
+    fn close(&mut self, probe: u64) {
+        let Some(p) = self.probes.remove(&probe) else {
+            return;
+        };
+        if let Some(o) = self.outers.get_mut(&p.outer) {
+            o.open_probes -= 1;
+            if o.open_probes == 0 {
+                let bytes = o.bytes;
+                self.outers.remove(&p.outer);
+                self.memory.shrink(bytes);
+            }
+        }
+    }
+
+    fn queue_rows(&mut self, rows: RecordBatch) -> Result<()> {
+        let bytes = rows.get_array_memory_size();
+        self.grow(bytes)?;
+        self.out_bytes += bytes;
+        self.out.push_back(Work::Rows(rows, bytes));
+        Ok(())
+    }
+
+    fn unqueue(&mut self, bytes: usize) {
+        self.out_bytes -= bytes;
+        self.memory.shrink(bytes);
+    }
+
+    /// Up to a batch of output rows from the front of the queue.
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0;
+        while rows < self.limits.batch_rows {
+            let room = self.limits.batch_rows - rows;
+            let Some(front) = self.out.front_mut() else {
+                break;
+            };
+            match front {
+                Work::Rows(batch, bytes) => {
+                    if batch.num_rows() <= room {
+                        let bytes = *bytes;
+                        rows += batch.num_rows();
+                        parts.push(batch.clone());
+                        self.out.pop_front();
+                        self.unqueue(bytes);
+                    } else {
+                        parts.push(batch.slice(0, room));
+                        *batch = batch.slice(room, batch.num_rows() - room);
+                        rows += room;
+                    }
+                }
+                Work::Pairs {
+                    probe,
+                    inner,
+                    next,
+                    bytes,
+                } => {
+                    let probe = *probe;
+                    let Some(p) = self.probes.get_mut(&probe) else {
+                        let bytes = *bytes;
+                        self.out.pop_front();
+                        self.unqueue(bytes);
+                        continue;
+                    };
+                    let total = p.rows.len() * inner.num_rows();
+                    let end = total.min(*next + room);
+                    let outer = &self.outers[&p.outer].batch;
+                    let out = self.spec.pairs(
+                        outer,
+                        &p.rows,
+                        inner,
+                        *next..end,
+                        p.matched.as_deref_mut(),
+                    )?;
+                    *next = end;
+                    if let Some(out) = out {
+                        rows += out.num_rows();
+                        parts.push(out);
+                    }
+                    if end == total {
+                        let bytes = *bytes;
+                        self.out.pop_front();
+                        self.unqueue(bytes);
+                        self.release(probe);
+                    }
+                }
+                Work::Finish(probe) => {
+                    let probe = *probe;
+                    self.out.pop_front();
+                    if let Some(p) = self.probes.get(&probe) {
+                        let outer = &self.outers[&p.outer].batch;
+                        let matched = p.matched.as_deref().unwrap_or(&[]);
+                        if let Some(out) = self.spec.finish(outer, &p.rows, matched)? {
+                            rows += out.num_rows();
+                            parts.push(out);
+                        }
+                    }
+                    self.close(probe);
+                }
+            }
+        }
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let batch = concat_batches(&self.spec.schema, &parts)?;
+        compact_views(batch).map(Some)
+    }
+}
+
+impl InnerSide {
+    /// The rows of heap page `page_no` for a probe of `key`: the slots the index named (all
+    /// the rows of the key's run, for a sparse index), through the inner predicate, projected
+    /// to the inner output columns.
+    fn page_rows(
+        &self,
+        page_no: u64,
+        page: &crate::io::PageBuf,
+        slots: &[u16],
+        key: &[u8],
+    ) -> Result<RecordBatch> {
+        let table = &self.table;
+        let slots = (!self.sparse).then_some(slots);
+        let mut rows = decode_rows(table, page_no, page, &self.decode_columns, slots)?;
+        if self.sparse {
             // A sparse index names pages: keep the rows whose key starts with the probe key.
-            let key_cols: Vec<ArrayRef> = inner
+            let key_cols: Vec<ArrayRef> = self
                 .key_positions
                 .iter()
                 .map(|&i| rows.column(i).clone())
                 .collect();
-            let run = key_run(&inner.encoder, &key_cols, &key)?;
+            let run = key_run(&self.encoder, &key_cols, key)?;
             rows = rows.slice(run.start, run.len());
         }
-        if let Some(pred) = &inner.predicate {
-            rows = batch_filter(&rows.project(&inner.read_positions)?, pred)?;
-        } else {
-            rows = rows.project(&inner.read_positions)?;
-        }
-        let rows = match &inner.output {
+        let rows = match &self.predicate {
+            Some(pred) => batch_filter(&rows.project(&self.read_positions)?, pred)?,
+            None => rows.project(&self.read_positions)?,
+        };
+        Ok(match &self.output {
             Some(cols) => rows.project(cols)?,
             None => rows,
-        };
-        parts.push(rows);
+        })
     }
-    Ok(concat_batches(&inner.output_schema, &parts)?)
 }
 
 /// The rows of a clustered heap page whose key starts with `prefix`.
 ///
 /// The loader writes a clustered table's rows in clustering key order, so those rows are one
 /// run; two binary searches find it with a few key encodings instead of one per row.
-fn key_run(
+pub(super) fn key_run(
     encoder: &KeyEncoder,
     key_cols: &[ArrayRef],
     prefix: &[u8],
@@ -124,7 +512,7 @@ fn key_run(
         let mut key = key.borrow_mut();
         encoder
             .encode_row_into(key_cols, row, &mut key)
-            .map_err(crate::exec::context::to_df)?;
+            .map_err(to_df)?;
         let common = key.len().min(prefix.len());
         Ok(match key[..common].cmp(&prefix[..common]) {
             // A key that is a proper prefix of `prefix` sorts before it.
@@ -150,71 +538,6 @@ fn key_run(
     Ok(start..end)
 }
 
-/// Runs one partition of the join, sending output batches to `tx`.
-pub async fn run(mut work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
-    let steps = StepMetrics::new(work.node.io.clone(), &work.query);
-    let mut probes: FuturesUnordered<BoxFuture<'static, ProbeResult>> = FuturesUnordered::new();
-    let mut out: Vec<RecordBatch> = Vec::new();
-    let mut out_rows = 0usize;
-    let mut outer_done = false;
-    let schema: SchemaRef = work.output.schema.clone();
-    loop {
-        let want_outer = !outer_done && probes.len() < work.max_probes;
-        let flush_now = out_rows >= work.flush_rows || (probes.is_empty() && out_rows > 0);
-        if flush_now {
-            let batch = compact_views(concat_batches(&schema, &out)?)?;
-            out.clear();
-            out_rows = 0;
-            if tx.send(Ok(batch)).await.is_err() {
-                return Ok(()); // consumer gone: stop
-            }
-        }
-        if probes.is_empty() && outer_done {
-            break;
-        }
-        tokio::select! {
-            biased;
-            Some(result) = probes.next(), if !probes.is_empty() => {
-                if let Some(batch) = result? {
-                    out_rows += batch.num_rows();
-                    if batch.num_rows() > 0 {
-                        out.push(batch);
-                    }
-                }
-            }
-            next = work.outer.next(), if want_outer => match next {
-                None => outer_done = true,
-                Some(batch) => {
-                    let batch = Arc::new(batch?);
-                    let (keyed, unmatched) = group_keys(&batch, &work.outer_keys, &work.inner.encoder)?;
-                    if let Some(rows) = work.output.unmatched(&batch, &unmatched)? {
-                        out_rows += rows.num_rows();
-                        out.push(rows);
-                    }
-                    work.node.add_probes(keyed.len());
-                    for (key, rows) in keyed {
-                        let (inner, query, steps, spec, batch) = (
-                            work.inner.clone(),
-                            work.query.clone(),
-                            steps.clone(),
-                            work.output.clone(),
-                            batch.clone(),
-                        );
-                        probes.push(
-                            async move {
-                                let found = probe(inner, key, query, steps).await?;
-                                Ok(Some(spec.build(&batch, &rows, &found)?))
-                            }
-                            .boxed(),
-                        );
-                    }
-                }
-            },
-        }
-    }
-    Ok(())
-}
-
 /// Outer rows by encoded join key, in first-seen key order.
 type KeyedRows = Vec<(Vec<u8>, Vec<u32>)>;
 
@@ -237,31 +560,22 @@ fn group_keys(
             })
         })
         .collect::<Result<Vec<ArrayRef>>>()?;
-    let encoded = encoder
-        .encode_rows(&arrays)
-        .map_err(crate::exec::context::to_df)?;
-    let mut groups: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
-    let mut order = Vec::new();
+    let encoded = encoder.encode_rows(&arrays).map_err(to_df)?;
+    let mut groups: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut keyed: KeyedRows = Vec::new();
     let mut unmatched = Vec::new();
     for (row, key) in encoded.into_iter().enumerate() {
         if arrays.iter().any(|a| a.is_null(row)) {
             unmatched.push(row as u32);
             continue;
         }
-        match groups.get_mut(&key) {
-            Some(rows) => rows.push(row as u32),
+        match groups.get(&key) {
+            Some(&i) => keyed[i].1.push(row as u32),
             None => {
-                order.push(key.clone());
-                groups.insert(key, vec![row as u32]);
+                groups.insert(key.clone(), keyed.len());
+                keyed.push((key, vec![row as u32]));
             }
         }
     }
-    let keyed = order
-        .into_iter()
-        .map(|k| {
-            let rows = groups.remove(&k).unwrap_or_default();
-            (k, rows)
-        })
-        .collect();
     Ok((keyed, unmatched))
 }

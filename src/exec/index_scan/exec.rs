@@ -8,6 +8,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, Statistics};
 use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
     Boundedness, ChildrenPropertiesMode, EmissionType, EvaluationType, ReplaceChildrenOptions,
@@ -20,21 +21,15 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
-use super::stream::{ScanPages, ScanWork, run};
-use crate::exec::ONE_PIPELINE_ROWS;
-use crate::exec::context::QueryIo;
-use crate::exec::metrics::{NodeMetrics, Published};
-use crate::io::{IoMetrics, TableIo};
-use crate::storage::btree::KeyRange;
+use crate::io::batch::Batched;
 
-/// What the optimizer expects an index scan to cost, from exact B+tree range counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScanEstimate {
-    /// Rows found in the ranges (before the residual predicate).
-    pub rows: usize,
-    /// Page reads: index nodes and heap pages.
-    pub pages: usize,
-}
+use super::stream::{Pages, ScanWork, run};
+use crate::access::plan_time::{ReadAhead, ScanEstimate};
+use crate::access::{QueryIo, StepCtx, TableIo};
+use crate::exec::ONE_PIPELINE_ROWS;
+use crate::exec::metrics::{NodeMetrics, Published};
+use crate::io::IoMetrics;
+use crate::storage::btree::KeyRange;
 
 /// Reads the rows of a table whose index key lies in some ranges, then filters them.
 #[derive(Debug, Clone)]
@@ -50,33 +45,92 @@ pub struct IndexScanExec {
     schema: SchemaRef,
     estimate: ScanEstimate,
     query: Arc<QueryIo>,
+    level: usize,
     io: Arc<IoMetrics>,
+    /// A read-ahead of this scan's pages started while it was planned; it stops when the last
+    /// copy of the plan holding it is dropped.
+    read_ahead: Option<Arc<ReadAhead>>,
     metrics: ExecutionPlanMetricsSet,
     /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
     node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
 }
 
-impl IndexScanExec {
-    /// An index scan of the `index`-th index of `table` over `ranges` (described by
-    /// `ranges_text` in plans), reading table columns `read_columns`, keeping rows where
-    /// `predicate` (over those columns) holds, and producing the columns `output` of them (all
-    /// when None). `estimate` feeds the statistics and the optimizer's later decisions.
-    #[allow(clippy::too_many_arguments)]
-    pub fn try_new(
-        table: Arc<TableIo>,
-        name: impl Into<String>,
-        index: usize,
-        ranges: Vec<KeyRange>,
-        ranges_text: String,
-        read_columns: Vec<usize>,
-        predicate: Arc<dyn PhysicalExpr>,
-        output: Option<Vec<usize>>,
-        estimate: ScanEstimate,
-        query: Arc<QueryIo>,
-    ) -> Result<Self> {
-        let read_schema = table.table().schema().project(&read_columns)?;
-        let schema = Arc::new(match &output {
+/// Builds an [`IndexScanExec`].
+#[derive(Debug)]
+pub struct IndexScanBuilder {
+    table: Arc<TableIo>,
+    index: usize,
+    ranges: Vec<KeyRange>,
+    query: Arc<QueryIo>,
+    name: Option<String>,
+    ranges_text: Option<String>,
+    read_columns: Option<Vec<usize>>,
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    output: Option<Vec<usize>>,
+    estimate: Option<ScanEstimate>,
+    io: Option<Arc<IoMetrics>>,
+    read_ahead: Option<Arc<ReadAhead>>,
+}
+
+impl IndexScanBuilder {
+    /// Name shown in plans (default: the table's directory name).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How the ranges are shown in plans.
+    pub fn ranges_text(mut self, text: impl Into<String>) -> Self {
+        self.ranges_text = Some(text.into());
+        self
+    }
+
+    /// Table columns read (default: all).
+    pub fn read_columns(mut self, columns: Vec<usize>) -> Self {
+        self.read_columns = Some(columns);
+        self
+    }
+
+    /// Rows kept: where `predicate` (over the columns read) holds (default: all).
+    pub fn predicate(mut self, predicate: Arc<dyn PhysicalExpr>) -> Self {
+        self.predicate = Some(predicate);
+        self
+    }
+
+    /// Columns produced, as positions among the columns read (default: all).
+    pub fn output(mut self, output: Option<Vec<usize>>) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// What the optimizer expects the scan to cost (feeds statistics and later decisions).
+    pub fn estimate(mut self, estimate: ScanEstimate) -> Self {
+        self.estimate = Some(estimate);
+        self
+    }
+
+    /// Counts reads in `io` (the counters of the scan it replaces, which may have read ahead
+    /// while the query was planned: EXPLAIN ANALYZE then shows those reads too).
+    pub fn io(mut self, io: Arc<IoMetrics>) -> Self {
+        self.io = Some(io);
+        self
+    }
+
+    /// Keeps a read-ahead of the scan's pages alive as long as the scan.
+    pub fn read_ahead(mut self, read_ahead: Option<Arc<ReadAhead>>) -> Self {
+        self.read_ahead = read_ahead;
+        self
+    }
+
+    /// The scan.
+    pub fn build(self) -> Result<IndexScanExec> {
+        let t = self.table.table();
+        let read_columns = self
+            .read_columns
+            .unwrap_or_else(|| (0..t.schema().fields().len()).collect());
+        let read_schema = t.schema().project(&read_columns)?;
+        let schema = Arc::new(match &self.output {
             Some(cols) => read_schema.project(cols)?,
             None => read_schema,
         });
@@ -92,46 +146,86 @@ impl IndexScanExec {
             .with_evaluation_type(EvaluationType::Eager)
             .with_scheduling_type(SchedulingType::Cooperative),
         );
-        Ok(Self {
-            table,
-            name: name.into(),
-            index,
-            ranges,
-            ranges_text,
+        let name = self.name.unwrap_or_else(|| {
+            t.dir()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        Ok(IndexScanExec {
+            name,
+            index: self.index,
+            ranges_text: self
+                .ranges_text
+                .unwrap_or_else(|| format!("{} ranges", self.ranges.len())),
+            ranges: self.ranges,
             read_columns,
-            predicate,
-            output,
+            predicate: self
+                .predicate
+                .unwrap_or_else(|| datafusion::physical_expr::expressions::lit(true)),
+            output: self.output,
             schema,
-            estimate,
-            query,
-            io: IoMetrics::new(),
+            estimate: self.estimate.unwrap_or(ScanEstimate {
+                rows: usize::MAX,
+                pages: usize::MAX,
+            }),
+            query: self.query,
+            level: 0,
+            io: self.io.unwrap_or_default(),
+            read_ahead: self.read_ahead,
             metrics: ExecutionPlanMetricsSet::new(),
             node_metrics: Default::default(),
             properties,
+            table: self.table,
         })
     }
+}
 
-    /// The same scan, counting its reads in `io` (the counters of the scan it replaces, which
-    /// may have read ahead while the query was planned: EXPLAIN ANALYZE then shows those
-    /// reads too).
-    pub fn with_io(self, io: Arc<IoMetrics>) -> Self {
-        Self { io, ..self }
+impl IndexScanExec {
+    /// A scan of the `index`-th index of `table` over key `ranges`, reading under `query`.
+    pub fn builder(
+        table: Arc<TableIo>,
+        index: usize,
+        ranges: Vec<KeyRange>,
+        query: Arc<QueryIo>,
+    ) -> IndexScanBuilder {
+        IndexScanBuilder {
+            table,
+            index,
+            ranges,
+            query,
+            name: None,
+            ranges_text: None,
+            read_columns: None,
+            predicate: None,
+            output: None,
+            estimate: None,
+            io: None,
+            read_ahead: None,
+        }
     }
 
-    fn work(&self) -> ScanWork {
-        ScanWork {
-            pages: Arc::new(ScanPages {
-                table: self.table.clone(),
-                index: self.index,
-                ranges: self.ranges.clone(),
-                query: self.query.clone(),
-                node_io: self.io.clone(),
-            }),
-            sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
-            read_columns: self.read_columns.clone(),
-            predicate: self.predicate.clone(),
-            output: self.output.clone(),
+    /// The same scan reading at priority `level` within its query (higher: served first).
+    pub fn with_level(&self, level: usize) -> Self {
+        Self {
+            level,
+            ..self.clone()
         }
+    }
+
+    /// The read-ahead of this scan's pages started while it was planned, if any.
+    pub fn read_ahead(&self) -> Option<&Arc<ReadAhead>> {
+        self.read_ahead.as_ref()
+    }
+
+    /// Its priority within its query.
+    pub fn level(&self) -> usize {
+        self.level
+    }
+
+    /// The query budget the scan reads under.
+    pub fn query(&self) -> &Arc<QueryIo> {
+        &self.query
     }
 
     /// The node's I/O counters.
@@ -155,24 +249,24 @@ impl IndexScanExec {
         &self.table
     }
 
-    /// What the scan stands for: table, name, columns read, predicate, output projection.
-    #[allow(clippy::type_complexity)]
-    pub fn as_table_read_parts(
-        &self,
-    ) -> (
-        Arc<TableIo>,
-        String,
-        Vec<usize>,
-        Arc<dyn PhysicalExpr>,
-        Option<Vec<usize>>,
-    ) {
-        (
-            self.table.clone(),
-            self.name.clone(),
-            self.read_columns.clone(),
-            self.predicate.clone(),
-            self.output.clone(),
-        )
+    /// Name shown in plans.
+    pub fn table_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Table columns read.
+    pub fn read_columns(&self) -> &[usize] {
+        &self.read_columns
+    }
+
+    /// The residual predicate over the columns read.
+    pub fn predicate(&self) -> &Arc<dyn PhysicalExpr> {
+        &self.predicate
+    }
+
+    /// Columns produced (positions among the columns read; None: all).
+    pub fn output(&self) -> Option<&[usize]> {
+        self.output.as_deref()
     }
 }
 
@@ -243,17 +337,34 @@ impl ExecutionPlan for IndexScanExec {
 
     fn execute(
         &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
+        partition: usize,
+        context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let node = self
             .node_metrics
             .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
             .clone();
-        let work = self.work();
+        node.add_probes(self.ranges.len());
+        let limit = self.query.limit();
+        let work = ScanWork {
+            table: self.table.clone(),
+            pages: Pages::Index {
+                index: self.index,
+                sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
+                ranges: self.ranges.clone(),
+            },
+            read_columns: self.read_columns.clone(),
+            predicate: Some(self.predicate.clone()),
+            output: self.output.clone(),
+            steps: StepCtx::new(self.query.clone(), self.io.clone(), self.level),
+            max_fetches: (2 * limit).clamp(2, 8192),
+            out_bytes: crate::exec::OUTPUT_BYTES,
+            memory: MemoryConsumer::new(format!("IndexScanExec[{partition}]"))
+                .register(context.memory_pool()),
+        };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
-        builder.spawn(run(work, node.clone(), tx));
+        builder.spawn(Batched(Box::pin(run(work, tx))));
         let stream = builder.build();
         Ok(Box::pin(
             datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(

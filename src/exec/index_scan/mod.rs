@@ -1,8 +1,7 @@
 //! Index scan: B+tree lookups for key ranges, heap pages fetched concurrently, residual
-//! predicate applied to the rows.
+//! predicate applied to the rows. Its loop ([`stream`]) also runs heap scans.
 
 mod exec;
-mod stream;
+pub(crate) mod stream;
 
-pub use exec::{IndexScanExec, ScanEstimate};
-pub use stream::{ScanPages, prefetch};
+pub use exec::{IndexScanBuilder, IndexScanExec};

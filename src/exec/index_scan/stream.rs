@@ -1,150 +1,198 @@
-//! The work of one index scan, as a set of concurrent jobs driven by read completions.
+//! The work of one index scan (or heap scan), as concurrent jobs driven by read completions.
 //!
 //! ```text
-//!   one Lookup job per key range ──(B+tree pages, one read at a time)──> row ids
-//!        └─> one Fetch job per heap page holding those rows ──(page read)──> decode,
-//!            keep the rows, apply the residual predicate ──> batch out
+//!   one walk per key range ──(B+tree pages, a leaf of row ids at a time)──> page groups
+//!   (a heap scan: its page range)
+//!        └─> one fetch job per heap page ──(page read, permit held until decoded)──>
+//!            decode the rows, apply the residual predicate ──> queued ──> batch out
 //! ```
 //!
-//! All jobs live in one `FuturesUnordered`: whichever read completes first has its step run
-//! first, and a finished lookup adds its fetch jobs at once, so lookups and fetches overlap.
-//! Reads in flight are bounded by the query's budget, not by the number of jobs.
-//!
-//! A small scan's pages can be read ahead while the query is planned ([`prefetch`]: the same
-//! lookups and reads, into the buffer pool, without decoding); the scan then finds them there.
+//! All jobs live in one `FuturesUnordered` that the loop always polls, even while the
+//! consumer is not taking output: whichever read completes first has its step run first,
+//! and no step holding a permit waits for the consumer. Walks go on while fewer than
+//! `max_fetches` fetches are pending, and nothing new starts while the queued output holds
+//! `out_bytes` or more (reserved in DataFusion's memory pool).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter::batch_filter;
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
+use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
-use crate::exec::context::QueryIo;
-use crate::exec::metrics::NodeMetrics;
-use crate::exec::probe::{StepMetrics, decode_rows, group_by_page, heap_page, lookup};
-use crate::io::{IoMetrics, TableIo};
+use crate::access::TableIo;
+use crate::access::steps::{StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves};
 use crate::storage::btree::KeyRange;
 
-/// Where a scan's pages are (an index of a table, key ranges in it), and the budget and
-/// counters its reads go under.
-pub struct ScanPages {
-    /// The table.
-    pub table: Arc<TableIo>,
-    /// Its index read (position in the manifest).
-    pub index: usize,
-    /// Key ranges of that index.
-    pub ranges: Vec<KeyRange>,
-    /// The budget the reads take permits from, and the query's counters.
-    pub query: Arc<QueryIo>,
-    /// The scan node's I/O counters.
-    pub node_io: Arc<IoMetrics>,
+/// Which heap pages a scan reads.
+pub enum Pages {
+    /// The rows an index names in key ranges.
+    Index {
+        /// Position of the index in the manifest.
+        index: usize,
+        /// Whether it is sparse (names pages, not rows).
+        sparse: bool,
+        /// The key ranges.
+        ranges: Vec<KeyRange>,
+    },
+    /// Every row of a range of heap pages.
+    Range(std::ops::Range<u64>),
 }
 
-/// What the scan needs to run: its pages, and what it does with their rows.
+/// What a scan needs to run.
 pub struct ScanWork {
-    pub pages: Arc<ScanPages>,
-    pub sparse: bool,
+    pub table: Arc<TableIo>,
+    pub pages: Pages,
     pub read_columns: Vec<usize>,
-    pub predicate: Arc<dyn PhysicalExpr>,
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
     pub output: Option<Vec<usize>>,
+    pub steps: StepCtx,
+    pub max_fetches: usize,
+    pub out_bytes: usize,
+    pub memory: MemoryReservation,
 }
 
-enum Done {
-    /// A lookup's row ids.
-    RowIds(Vec<u64>),
-    /// A page's rows that passed the predicate.
-    Rows(RecordBatch),
-    /// A page read into the pool (prefetch).
-    Read,
-}
+type Leaves = BoxStream<'static, Result<Vec<u64>>>;
 
-/// The scan's lookups, as jobs that return the row ids they find.
-fn lookups(
-    p: &Arc<ScanPages>,
-    steps: &StepMetrics,
-) -> FuturesUnordered<BoxFuture<'static, Result<Done>>> {
-    p.ranges
-        .iter()
-        .cloned()
-        .map(|range| {
-            let (p, steps) = (p.clone(), steps.clone());
-            async move {
-                Ok(Done::RowIds(
-                    lookup(&p.table, p.index, range, &p.query, &steps).await?,
-                ))
-            }
-            .boxed()
-        })
-        .collect()
-}
-
-/// Reads the pages a scan will read into the buffer pool, without decoding them, as a task
-/// whose caller only waits for it: started while the query is planned, so the reads overlap
-/// planning, and the scan then finds its pages cached or being read (one read each: the pool
-/// shares reads in flight).
-pub async fn prefetch(pages: Arc<ScanPages>) -> Result<()> {
-    let steps = StepMetrics::new(pages.node_io.clone(), &pages.query).always_polled();
-    let mut jobs = lookups(&pages, &steps);
-    while let Some(done) = jobs.next().await {
-        if let Done::RowIds(ids) = done? {
-            for (page_no, _) in group_by_page(&ids) {
-                let (p, steps) = (pages.clone(), steps.clone());
-                jobs.push(
-                    async move {
-                        heap_page(&p.table, page_no, &p.query, &steps).await?;
-                        Ok(Done::Read)
-                    }
-                    .boxed(),
-                );
-            }
-        }
-    }
-    Ok(())
+enum Job {
+    Leaf((Option<Result<Vec<u64>>>, Leaves)),
+    Rows(Result<RecordBatch>),
 }
 
 /// Runs the scan, sending batches to `tx` as pages complete.
-pub async fn run(work: ScanWork, node: NodeMetrics, tx: Sender<Result<RecordBatch>>) -> Result<()> {
-    let w = Arc::new(work);
-    let p = w.pages.clone();
-    let steps = StepMetrics::new(p.node_io.clone(), &p.query);
-    node.add_probes(p.ranges.len());
-    let mut jobs = lookups(&p, &steps);
-    while let Some(done) = jobs.next().await {
-        match done? {
-            Done::RowIds(ids) => {
-                for (page_no, slots) in group_by_page(&ids) {
-                    let (w, steps) = (w.clone(), steps.clone());
-                    jobs.push(
-                        async move {
-                            let table = &w.pages.table;
-                            let page = heap_page(table, page_no, &w.pages.query, &steps).await?;
-                            // A sparse index names pages: every row of the page is a candidate.
-                            let slots = (!w.sparse).then_some(slots.as_slice());
-                            let rows = decode_rows(table, page_no, &page, &w.read_columns, slots)?;
-                            let rows = batch_filter(&rows, &w.predicate)?;
-                            let rows = match &w.output {
-                                Some(cols) => rows.project(cols)?,
-                                None => rows,
-                            };
-                            Ok(Done::Rows(rows))
-                        }
-                        .boxed(),
-                    );
-                }
+pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+    let ScanWork {
+        table,
+        pages,
+        read_columns,
+        predicate,
+        output,
+        steps,
+        max_fetches,
+        out_bytes,
+        memory,
+    } = work;
+    let rows_of = Arc::new(RowsOf {
+        table: table.clone(),
+        read_columns,
+        predicate,
+        output,
+    });
+    let mut jobs: FuturesUnordered<BoxFuture<'static, Job>> = FuturesUnordered::new();
+    let mut parked: VecDeque<Leaves> = VecDeque::new();
+    let (mut page_range, sparse) = match pages {
+        Pages::Index {
+            index,
+            sparse,
+            ranges,
+        } => {
+            for range in ranges {
+                parked.push_back(lookup_leaves(table.clone(), index, range, steps.clone()).boxed());
             }
-            Done::Rows(batch) => {
-                if batch.num_rows() > 0 && tx.send(Ok(batch)).await.is_err() {
-                    // The consumer is gone (query cancelled): stop issuing reads.
-                    return Ok(());
-                }
+            (0..0, sparse)
+        }
+        Pages::Range(r) => (r, true),
+    };
+    let mut fetches = 0usize;
+    let mut out: VecDeque<(RecordBatch, usize)> = VecDeque::new();
+    let mut queued = 0usize;
+    let fetch = |page_no: u64, slots: Option<Vec<u16>>| {
+        let (rows_of, steps) = (rows_of.clone(), steps.clone());
+        async move {
+            let rows = async {
+                let held = heap_page(&rows_of.table, page_no, &steps).await?;
+                rows_of.rows(page_no, &held.page, slots.as_deref())
             }
-            Done::Read => {}
+            .await;
+            Job::Rows(rows)
+        }
+        .boxed()
+    };
+    loop {
+        let room = queued < out_bytes;
+        while room && fetches < max_fetches {
+            if let Some(page_no) = page_range.next() {
+                jobs.push(fetch(page_no, None));
+                fetches += 1;
+            } else if let Some(leaves) = parked.pop_front() {
+                jobs.push(leaves.into_future().map(Job::Leaf).boxed());
+            } else {
+                break;
+            }
+        }
+        if jobs.is_empty() && parked.is_empty() && page_range.is_empty() && out.is_empty() {
+            return Ok(());
+        }
+        tokio::select! {
+            biased;
+            permit = tx.reserve(), if !out.is_empty() => {
+                let Ok(permit) = permit else {
+                    return Ok(()); // the consumer is gone (query cancelled): stop
+                };
+                let (batch, bytes) = out.pop_front().expect("non-empty");
+                queued -= bytes;
+                memory.shrink(bytes);
+                permit.send(Ok(batch));
+            }
+            Some(job) = jobs.next(), if !jobs.is_empty() => match job {
+                Job::Leaf((None, _)) => {}
+                Job::Leaf((Some(ids), leaves)) => {
+                    for (page_no, slots) in group_by_page(&ids?) {
+                        // A sparse index names pages: every row of the page is a candidate.
+                        jobs.push(fetch(page_no, (!sparse).then_some(slots)));
+                        fetches += 1;
+                    }
+                    parked.push_back(leaves);
+                }
+                Job::Rows(rows) => {
+                    fetches -= 1;
+                    let rows = rows?;
+                    if rows.num_rows() > 0 {
+                        let bytes = rows.get_array_memory_size();
+                        memory.try_grow(bytes)?;
+                        queued += bytes;
+                        out.push_back((rows, bytes));
+                    }
+                }
+            },
+            else => {
+                return Err(DataFusionError::Internal(
+                    "index scan: nothing to wait for, yet work is open".into(),
+                ));
+            }
         }
     }
-    Ok(())
+}
+
+/// What a scan keeps of a heap page.
+struct RowsOf {
+    table: Arc<TableIo>,
+    read_columns: Vec<usize>,
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    output: Option<Vec<usize>>,
+}
+
+impl RowsOf {
+    fn rows(
+        &self,
+        page_no: u64,
+        page: &crate::io::PageBuf,
+        slots: Option<&[u16]>,
+    ) -> Result<RecordBatch> {
+        let rows = decode_rows(&self.table, page_no, page, &self.read_columns, slots)?;
+        let rows = match &self.predicate {
+            Some(p) => batch_filter(&rows, p)?,
+            None => rows,
+        };
+        Ok(match &self.output {
+            Some(cols) => rows.project(cols)?,
+            None => rows,
+        })
+    }
 }

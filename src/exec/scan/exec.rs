@@ -10,6 +10,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, Statistics};
 use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{
     Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
@@ -17,16 +18,18 @@ use datafusion::physical_plan::execution_plan::{
 use datafusion::physical_plan::filter_pushdown::{FilterDescription, FilterPushdownPhase};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
-use futures::StreamExt;
 
-use crate::exec::context::QueryIo;
+use crate::access::plan_time::ReadAhead;
+use crate::access::{QueryIo, StepCtx, TableIo};
+use crate::exec::index_scan::stream::{Pages, ScanWork, run};
 use crate::exec::metrics::{NodeMetrics, Published};
-use crate::exec::probe::{StepMetrics, decode_rows, heap_page};
-use crate::io::{IoMetrics, TableIo};
+use crate::io::IoMetrics;
+use crate::io::batch::Batched;
 
 /// Reads a whole ooode table.
 #[derive(Debug, Clone)]
@@ -43,6 +46,9 @@ pub struct OoodeScanExec {
     properties: Arc<PlanProperties>,
     /// A scan of the table's Parquet copy that does the reading, when set.
     columnar: Option<Arc<dyn ExecutionPlan>>,
+    /// A read-ahead of an index scan of this table started while it was planned (the index
+    /// scan that replaces this node takes it over).
+    read_ahead: Option<Arc<ReadAhead>>,
 }
 
 impl OoodeScanExec {
@@ -75,6 +81,7 @@ impl OoodeScanExec {
             node_metrics: Default::default(),
             properties,
             columnar: None,
+            read_ahead: None,
         })
     }
 
@@ -106,6 +113,19 @@ impl OoodeScanExec {
             columnar: Some(columnar),
             ..self
         }
+    }
+
+    /// The same scan holding `read_ahead` (stopped when the plan is dropped).
+    pub fn with_read_ahead(self, read_ahead: Option<ReadAhead>) -> Self {
+        Self {
+            read_ahead: read_ahead.map(Arc::new),
+            ..self
+        }
+    }
+
+    /// The read-ahead started for this table while the query was planned.
+    pub fn read_ahead(&self) -> Option<&Arc<ReadAhead>> {
+        self.read_ahead.as_ref()
     }
 
     /// The table.
@@ -253,35 +273,29 @@ impl ExecutionPlan for OoodeScanExec {
             pages * partition as u64 / parts,
             pages * (partition as u64 + 1) / parts,
         );
-        let window = self.query.permits.available_permits().clamp(1, 64);
         let node = self
             .node_metrics
             .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
             .clone();
-        let steps = StepMetrics::new(self.io.clone(), &self.query);
-        let (table, query, projection) = (
-            self.table.clone(),
-            self.query.clone(),
-            self.projection.clone(),
-        );
-        let stream = futures::stream::iter(start..end)
-            .map(move |page_no| {
-                let (table, query, projection, steps) = (
-                    table.clone(),
-                    query.clone(),
-                    projection.clone(),
-                    steps.clone(),
-                );
-                async move {
-                    let page = heap_page(&table, page_no, &query, &steps).await?;
-                    decode_rows(&table, page_no, &page, &projection, None)
-                }
-            })
-            .buffered(window)
-            .boxed();
+        let limit = self.query.limit();
+        let work = ScanWork {
+            table: self.table.clone(),
+            pages: Pages::Range(start..end),
+            read_columns: self.projection.clone(),
+            predicate: None,
+            output: None,
+            steps: StepCtx::new(self.query.clone(), self.io.clone(), 0),
+            max_fetches: limit.clamp(1, 64),
+            out_bytes: crate::exec::OUTPUT_BYTES,
+            memory: MemoryConsumer::new(format!("OoodeScanExec[{partition}]"))
+                .register(context.memory_pool()),
+        };
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
+        let tx = builder.tx();
+        builder.spawn(Batched(Box::pin(run(work, tx))));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            Published::new(stream, node),
+            Published::new(builder.build(), node),
         )))
     }
 

@@ -1,118 +1,175 @@
-//! The io_uring engine: O_DIRECT reads at deep queues from any number of tasks.
+//! The io_uring engine: O_DIRECT reads at deep queues from any number of tasks, on one ring
+//! per core.
 //!
-//! Design ([`ring`]): the task that wants a page pushes the read into the submission queue
-//! itself (under a lock) and calls `io_uring_enter`; one dedicated completion thread per engine
-//! waits for completions and sends each page to its task over a oneshot channel. So a read
-//! costs one system call to submit and one thread wake-up to deliver, and completions wake
-//! tasks on whatever tokio runtime they run on (DataFusion's multi-threaded one, or plain
-//! threads in tools and the I/O benchmark). A first version used a ring thread for submission
-//! too (tasks woke it through an eventfd): that second hand-off cost 10 to 30 % of fio's IOPS
-//! at queue depths 1 to 64 on this project's machine. An eventfd registered with tokio was not
-//! chosen because it ties the engine to one runtime. Files are registered with the ring (fixed
-//! files) where the kernel allows it; buffers are page-aligned heap buffers recycled through a
-//! free list. Fixed buffers are not used: pages outlive the read (they stay in the buffer
-//! pool), so a registered buffer would have to be copied out to be reused.
+//! Design ([`ring`]): an engine has several rings (one per core by default); a thread always
+//! uses the same one, so the tokio workers of a runtime each push into a ring of their own and
+//! never wait for each other's submissions. A read is pushed into its ring when its future is
+//! first polled; inside a submission batch ([`crate::io::batch`], opened by the operators
+//! around each poll of their read steps) the kernel is entered once for the whole batch,
+//! otherwise at once. Each ring has a completion thread that waits for the kernel and sends
+//! each page to its task over a oneshot channel: the completion side takes no lock, and each
+//! read's state travels in its own box (its address is the completion's token), not in a
+//! shared table.
+//!
+//! Bounds: a ring keeps at most `max_in_flight` reads in flight; a read that finds it full
+//! waits (its future is pending until a completion frees a slot): there is no queue of reads
+//! beyond the kernel's. Queries never get there: their admission ([`crate::access`]) keeps
+//! the reads of all queries below it.
+//!
+//! Tried and measured (`iobench`, random 8 KiB reads on this project's 2-core VM): see
+//! README's I/O section. Files are registered with the ring (fixed files) where the kernel
+//! allows it. Fixed (registered) buffers are not used: pages outlive the read (they stay in
+//! the buffer pool), so a registered buffer would have to be copied out to be reused.
 
 pub mod request;
 pub mod ring;
 
+use std::future::Future;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::task::{Context, Poll};
 
 use futures::FutureExt;
 use futures::channel::oneshot;
-use io_uring::IoUring;
-use parking_lot::Mutex;
 
 use self::request::ReadOp;
-use self::ring::{Shared, Tracker};
-use super::buf::Recycler;
+use self::ring::{Ring, Target};
+use super::batch::{self, Submit};
+use super::buf::{PageBuf, Recycler};
 use super::files::FileTable;
 use super::metrics::IoMetrics;
 use super::{FileId, IoEngine, ReadFuture};
 use crate::storage::{Result, StorageError};
 
-/// Most files one engine registers with the ring.
+/// Most files one engine registers with its rings.
 const REGISTERED_FILES: u32 = 4096;
 
 /// Settings of a [`UringEngine`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct UringConfig {
-    /// Most reads in flight (default 256; up to 32768).
+    /// Most reads in flight per ring (default 4096; up to 32768).
     pub max_in_flight: usize,
     /// Open files with O_DIRECT (bypass the OS cache).
     pub direct: bool,
+    /// Number of rings (0: one per core).
+    pub rings: usize,
+    /// Where freed page buffers go (None: a recycler of the engine's own).
+    pub recycler: Option<Arc<Recycler>>,
 }
 
 impl Default for UringConfig {
     fn default() -> Self {
         Self {
-            max_in_flight: 256,
+            max_in_flight: 4096,
             direct: true,
+            rings: 0,
+            recycler: None,
         }
     }
 }
 
 /// Page reads through io_uring.
 pub struct UringEngine {
-    shared: Arc<Shared>,
+    rings: Box<[Arc<Ring>]>,
     files: Arc<FileTable>,
+    use_fixed: Arc<AtomicBool>,
     recycler: Arc<Recycler>,
+    metrics: Arc<IoMetrics>,
     config: UringConfig,
-    thread: Option<std::thread::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for UringEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UringEngine")
             .field("config", &self.config)
+            .field("rings", &self.rings.len())
             .finish_non_exhaustive()
     }
 }
 
+/// The ring a thread uses: threads are numbered as they first read, and take rings in turn.
+fn thread_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Relaxed);
+    }
+    SLOT.with(|s| *s)
+}
+
 impl UringEngine {
-    /// Sets up the ring and its completion thread; fails where io_uring is unavailable.
+    /// Sets up the rings and their completion threads; fails where io_uring is unavailable.
     pub fn new(config: UringConfig) -> std::io::Result<Self> {
         let max_in_flight = config.max_in_flight.clamp(1, 32768);
-        // Room for every read plus a wake-up no-op.
-        let entries = (max_in_flight as u32 + 1).next_power_of_two().min(32768);
-        let ring: IoUring = IoUring::builder()
-            .setup_cqsize(entries * 2)
-            .build(entries)?;
-        let fixed_files = ring
-            .submitter()
-            .register_files_sparse(REGISTERED_FILES)
-            .is_ok();
+        let rings = match config.rings {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let entries = (max_in_flight as u32).next_power_of_two().clamp(8, 4096);
         let files = Arc::new(FileTable::default());
-        // Pages evicted from (or emptied out of) the pool are reused by every engine.
-        let recycler = Recycler::shared();
-        let shared = Arc::new(Shared {
-            ring,
-            tracker: Mutex::new(Tracker::default()),
-            max_in_flight,
-            use_fixed: AtomicBool::new(fixed_files),
-            shutdown: AtomicBool::new(false),
-            unsubmitted: AtomicBool::new(false),
-            metrics: IoMetrics::new(),
-            files: files.clone(),
-            recycler: recycler.clone(),
-        });
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("ooode-uring".into())
-            .spawn(move || ring::run(thread_shared))?;
+        let recycler = config
+            .recycler
+            .clone()
+            .unwrap_or_else(|| Recycler::new(crate::io::pool::default_budget()));
+        let use_fixed = Arc::new(AtomicBool::new(true));
+        let mut built = Vec::with_capacity(rings);
+        for _ in 0..rings {
+            let ring = Ring::new(
+                entries,
+                max_in_flight,
+                use_fixed.clone(),
+                files.clone(),
+                recycler.clone(),
+            )?;
+            if !ring.register_files(REGISTERED_FILES) {
+                use_fixed.store(false, SeqCst);
+            }
+            built.push(Arc::new(ring));
+        }
+        let mut threads = Vec::with_capacity(rings);
+        for (i, ring) in built.iter().enumerate() {
+            let ring = ring.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ooode-uring-{i}"))
+                .spawn(move || ring::run(ring));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // Stop the threads already started before failing.
+                    for r in &built[..i] {
+                        r.shut_down();
+                    }
+                    threads.into_iter().for_each(|t| drop(t.join()));
+                    return Err(e);
+                }
+            }
+        }
         Ok(Self {
-            shared,
+            rings: built.into_boxed_slice(),
             files,
+            use_fixed,
             recycler,
+            metrics: IoMetrics::new(),
             config: UringConfig {
                 max_in_flight,
+                rings,
                 ..config
             },
-            thread: Some(thread),
+            threads,
         })
+    }
+
+    /// Number of rings.
+    pub fn rings(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// The recycler freed page buffers go back to.
+    pub fn recycler(&self) -> &Arc<Recycler> {
+        &self.recycler
     }
 }
 
@@ -123,17 +180,15 @@ impl IoEngine for UringEngine {
 
     fn open(&self, path: &Path) -> Result<FileId> {
         let (id, file, new) = self.files.open(path, self.config.direct)?;
-        if new && self.shared.use_fixed.load(SeqCst) {
+        if new && self.use_fixed.load(SeqCst) {
             let registered = id.0 < REGISTERED_FILES
                 && self
-                    .shared
-                    .ring
-                    .submitter()
-                    .register_files_update(id.0, &[file.as_raw_fd()])
-                    .is_ok();
+                    .rings
+                    .iter()
+                    .all(|r| r.register_file(id.0, file.as_raw_fd()));
             if !registered {
                 // Table full or an old kernel: plain descriptors work everywhere.
-                self.shared.use_fixed.store(false, SeqCst);
+                self.use_fixed.store(false, SeqCst);
             }
         }
         Ok(id)
@@ -144,38 +199,31 @@ impl IoEngine for UringEngine {
     }
 
     fn read(&self, file: FileId, offset: u64, len: usize) -> ReadFuture {
-        let Some(fd) = self.files.file(file) else {
+        let target = if self.use_fixed.load(Relaxed) {
+            Some(Target::Fixed(file.0))
+        } else {
+            self.files.file(file).map(|f| Target::Fd(f.as_raw_fd()))
+        };
+        let Some(target) = target else {
             let err = StorageError::InvalidArgument(format!("file id {} was not opened", file.0));
             return futures::future::ready(Err(err)).boxed();
         };
-        let (reply, rx) = oneshot::channel();
-        self.shared.submit(ReadOp {
-            file,
-            fd,
-            offset,
-            buf: self.recycler.get(len),
-            reply,
-        });
-        let path = self.files.path(file);
-        let flush = FlushOnDrop(self.shared.clone());
-        async move {
-            // Let the other tasks that are ready push their reads first, then enter the kernel
-            // once for all of them. Dropped before that (cancelled), the guard still flushes.
-            tokio::task::yield_now().await;
-            drop(flush);
-            rx.await.unwrap_or_else(|_| {
-                Err(StorageError::io(
-                    path,
-                    "read",
-                    std::io::Error::other("the io_uring engine stopped"),
-                ))
-            })
-        }
-        .boxed()
+        let ring = self.rings[thread_slot() % self.rings.len()].clone();
+        Box::pin(UringRead {
+            state: ReadState::Start {
+                ring,
+                target,
+                file,
+                offset,
+                len,
+                recycler: self.recycler.clone(),
+                metrics: self.metrics.clone(),
+            },
+        })
     }
 
     fn metrics(&self) -> &Arc<IoMetrics> {
-        &self.shared.metrics
+        &self.metrics
     }
 
     fn max_in_flight(&self) -> usize {
@@ -183,20 +231,87 @@ impl IoEngine for UringEngine {
     }
 }
 
-/// Submits pushed reads when dropped.
-struct FlushOnDrop(Arc<Shared>);
+/// A read: pushed into its ring at the first poll, then waiting for its completion.
+struct UringRead {
+    state: ReadState,
+}
 
-impl Drop for FlushOnDrop {
-    fn drop(&mut self) {
-        self.0.flush();
+enum ReadState {
+    Start {
+        ring: Arc<Ring>,
+        target: Target,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        recycler: Arc<Recycler>,
+        metrics: Arc<IoMetrics>,
+    },
+    Waiting(oneshot::Receiver<Result<PageBuf>>, PathOf),
+    Done,
+}
+
+/// What names the file if the engine goes away before the read completes.
+struct PathOf(Arc<Ring>, FileId);
+
+impl Future for UringRead {
+    type Output = Result<PageBuf>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<PageBuf>> {
+        loop {
+            match &mut self.state {
+                ReadState::Start {
+                    ring,
+                    target,
+                    file,
+                    offset,
+                    len,
+                    recycler,
+                    metrics,
+                } => {
+                    if ring.poll_slot(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let (reply, rx) = oneshot::channel();
+                    let op = Box::new(ReadOp {
+                        file: *file,
+                        offset: *offset,
+                        buf: recycler.get(*len),
+                        reply,
+                        guard: metrics.start_read(),
+                    });
+                    ring.push(*target, op);
+                    let submit: Arc<dyn Submit> = ring.clone();
+                    if !batch::defer(&submit) {
+                        submit.submit_pushed();
+                    }
+                    let path_of = PathOf(ring.clone(), *file);
+                    self.state = ReadState::Waiting(rx, path_of);
+                }
+                ReadState::Waiting(rx, path_of) => {
+                    let result = match rx.poll_unpin(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(r)) => r,
+                        Poll::Ready(Err(_)) => Err(StorageError::io(
+                            path_of.0.files().path(path_of.1),
+                            "read",
+                            std::io::Error::other("the io_uring engine stopped"),
+                        )),
+                    };
+                    self.state = ReadState::Done;
+                    return Poll::Ready(result);
+                }
+                ReadState::Done => panic!("UringRead polled after it completed"),
+            }
+        }
     }
 }
 
 impl Drop for UringEngine {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, SeqCst);
-        self.shared.wake();
-        if let Some(t) = self.thread.take() {
+        for ring in self.rings.iter() {
+            ring.shut_down();
+        }
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -207,12 +322,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reuses_the_process_wide_page_buffers() {
-        // Where io_uring is unavailable the engine is not used, so there is nothing to share.
-        let Ok(engine) = UringEngine::new(UringConfig::default()) else {
-            return;
-        };
-        assert!(Arc::ptr_eq(&engine.recycler, &Recycler::shared()));
-        assert!(Arc::ptr_eq(&engine.shared.recycler, &Recycler::shared()));
+    fn rings_share_the_given_recycler() {
+        let recycler = Recycler::new(1 << 20);
+        let engine = UringEngine::new(UringConfig {
+            rings: 3,
+            recycler: Some(recycler.clone()),
+            ..Default::default()
+        })
+        .expect("io_uring is required by this test (kernel support, not blocked by seccomp)");
+        assert_eq!(engine.rings(), 3);
+        assert!(Arc::ptr_eq(engine.recycler(), &recycler));
     }
 }

@@ -1,7 +1,5 @@
-//! What travels from a reading task to the ring thread, and back.
-
-use std::fs::File;
-use std::sync::Arc;
+//! One read travelling through a ring: built by the reading task, owned by the ring while the
+//! kernel works on it, completed by the ring's completion thread.
 
 use futures::channel::oneshot;
 
@@ -11,26 +9,19 @@ use crate::io::metrics::ReadGuard;
 use crate::storage::Result;
 use crate::storage::page::AlignedBuf;
 
-/// A read waiting for, or in, the ring.
+/// A read handed to the kernel. Boxed, and its address is the completion's `user_data`: the
+/// completion thread takes the box back, so no table of reads (and no lock on one) is needed.
 #[derive(Debug)]
 pub struct ReadOp {
-    /// File to read.
+    /// File read (for error messages).
     pub file: FileId,
-    /// The open file (kept alive while the read is in flight).
-    pub fd: Arc<File>,
     /// Byte offset.
     pub offset: u64,
-    /// The buffer the kernel writes into: owned here, not by the waiting future.
+    /// The buffer the kernel writes into: owned here, not by the waiting future, so a reader
+    /// that gives up cannot free memory the kernel still writes to.
     pub buf: AlignedBuf,
     /// Where the result goes; a dropped receiver means the reader gave up (cancelled).
     pub reply: oneshot::Sender<Result<PageBuf>>,
-}
-
-/// A read the kernel is working on.
-#[derive(Debug)]
-pub struct InFlight {
-    /// The request.
-    pub op: ReadOp,
-    /// Counts the read as in flight until dropped.
+    /// Counts the read as in flight in the engine's counters until the completion.
     pub guard: ReadGuard,
 }

@@ -1,31 +1,33 @@
-//! The ring: reads are submitted by the tasks that ask for them; one completion thread waits
-//! for the kernel and hands each finished page to its waiting task.
+//! One ring: reads are pushed by the tasks that want them; one completion thread per ring
+//! waits for the kernel and hands each finished page to its waiting task.
 //!
 //! ```text
-//!   task: read() ──lock──> tracker.insert(op) + push SQE ──unlock──> io_uring_enter(submit)
-//!          (at the in-flight limit the op waits in `overflow` instead)
+//!   task (first poll of its read): take a slot (in_flight < capacity, else wait for one)
+//!        ──lock sq──> push SQE(user_data = boxed ReadOp) ──unlock──>
+//!        inside a batch: mark the ring; the batch's end enters the kernel once
+//!        otherwise:      io_uring_enter(submit) now
 //!                                                                     │ kernel
 //!   completion thread: io_uring_enter(wait for 1) <──────────────────┘
-//!          ──lock──> take finished ops from the tracker, move overflow into the SQ ──unlock──>
-//!          send each page on its oneshot ──> the waiting task wakes
+//!        for each CQE: take back the ReadOp box, free its slot, send the page on its
+//!        oneshot ──> the waiting task wakes
 //! ```
 //!
-//! The tracker owns each read's buffer and file from submission to completion, so a reader
-//! that gives up (drops its future) cannot free memory the kernel still writes to: the
-//! completion finds the reply channel closed and the buffer goes back to the recycler.
+//! The only lock is the submission queue's, held for the push of one entry; a ring belongs to
+//! the threads that hash to it (one per core by default), so it is rarely contended. The
+//! completion side takes no lock at all.
 
-use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::task::{Context, Poll, Waker};
 
 use io_uring::{IoUring, opcode, squeue, types};
 use parking_lot::Mutex;
 
-use super::request::{InFlight, ReadOp};
+use super::request::ReadOp;
+use crate::io::batch::Submit;
 use crate::io::buf::{PageBuf, Recycler};
 use crate::io::files::{FileTable, short_read};
-use crate::io::metrics::IoMetrics;
 use crate::storage::StorageError;
 
 /// `IORING_ENTER_GETEVENTS` of io_uring_enter(2): wait for completions.
@@ -33,98 +35,132 @@ const IORING_ENTER_GETEVENTS: u32 = 1;
 /// user_data of the no-op that wakes the completion thread.
 const WAKE_TOKEN: u64 = u64::MAX;
 
-/// Reads handed to the kernel, and reads waiting for room.
-#[derive(Debug, Default)]
-pub struct Tracker {
-    slots: Vec<Option<InFlight>>,
-    free: Vec<usize>,
-    in_flight: usize,
-    overflow: VecDeque<ReadOp>,
+/// A ring and what its reads share.
+pub struct Ring {
+    uring: IoUring,
+    /// Serializes pushes to the submission queue.
+    sq: Mutex<()>,
+    /// Most reads in flight on this ring.
+    capacity: usize,
+    in_flight: AtomicUsize,
+    /// Readers waiting for a slot (only when `capacity` reads are in flight).
+    slot_waiters: Mutex<Vec<Waker>>,
+    has_slot_waiters: AtomicBool,
+    /// Entries pushed that no io_uring_enter has taken yet.
+    unsubmitted: AtomicBool,
+    /// Use registered files (shared by the engine's rings; cleared if the kernel refuses).
+    pub use_fixed: Arc<AtomicBool>,
+    shutdown: AtomicBool,
+    files: Arc<FileTable>,
+    recycler: Arc<Recycler>,
 }
 
-/// State shared by the engine handle, the reading tasks and the completion thread.
-pub struct Shared {
-    /// The ring. Submissions happen under `tracker`'s lock; only the completion thread reads
-    /// the completion queue.
-    pub ring: IoUring,
-    /// In-flight reads and the overflow queue; also serializes pushes to the submission queue.
-    pub tracker: Mutex<Tracker>,
-    /// Most reads in flight.
-    pub max_in_flight: usize,
-    /// Use registered files (cleared if the kernel refuses an update).
-    pub use_fixed: AtomicBool,
-    /// Set when the engine is dropped.
-    pub shutdown: AtomicBool,
-    /// Entries pushed to the submission queue that no io_uring_enter has taken yet.
-    pub unsubmitted: AtomicBool,
-    /// Engine counters.
-    pub metrics: Arc<IoMetrics>,
-    /// Paths for error messages.
-    pub files: Arc<FileTable>,
-    /// Where buffers of cancelled or failed reads go.
-    pub recycler: Arc<Recycler>,
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("capacity", &self.capacity)
+            .field("in_flight", &self.in_flight.load(SeqCst))
+            .finish_non_exhaustive()
+    }
 }
 
-impl Shared {
-    /// Pushes `op` to the submission queue, or queues it when the in-flight limit is reached.
-    /// The kernel sees it at the next [`Shared::flush`]: reads pushed by tasks that run in the
-    /// same scheduler round share one io_uring_enter.
-    pub fn submit(&self, op: ReadOp) {
-        let mut t = self.tracker.lock();
-        if t.in_flight >= self.max_in_flight || !t.overflow.is_empty() {
-            t.overflow.push_back(op);
-            return;
+/// Where a read goes: a registered file's slot, or a plain descriptor.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    /// Index in the ring's registered file table.
+    Fixed(u32),
+    /// Open descriptor (owned by the engine's file table for the engine's lifetime).
+    Fd(RawFd),
+}
+
+impl Ring {
+    /// A ring of `entries` submission slots keeping at most `capacity` reads in flight.
+    pub fn new(
+        entries: u32,
+        capacity: usize,
+        use_fixed: Arc<AtomicBool>,
+        files: Arc<FileTable>,
+        recycler: Arc<Recycler>,
+    ) -> std::io::Result<Self> {
+        let cq = (capacity as u32).next_power_of_two().clamp(entries, 65536) * 2;
+        let uring = IoUring::builder().setup_cqsize(cq).build(entries)?;
+        Ok(Self {
+            uring,
+            sq: Mutex::new(()),
+            capacity,
+            in_flight: AtomicUsize::new(0),
+            slot_waiters: Mutex::new(Vec::new()),
+            has_slot_waiters: AtomicBool::new(false),
+            unsubmitted: AtomicBool::new(false),
+            use_fixed,
+            shutdown: AtomicBool::new(false),
+            files,
+            recycler,
+        })
+    }
+
+    /// Registers a sparse table of `n` files; false where the kernel refuses.
+    pub fn register_files(&self, n: u32) -> bool {
+        self.uring.submitter().register_files_sparse(n).is_ok()
+    }
+
+    /// Puts `fd` in registered slot `slot`; false where the kernel refuses.
+    pub fn register_file(&self, slot: u32, fd: RawFd) -> bool {
+        self.uring
+            .submitter()
+            .register_files_update(slot, &[fd])
+            .is_ok()
+    }
+
+    /// Takes a slot for one read, or registers the reader to be woken when one frees up.
+    pub fn poll_slot(&self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let n = self.in_flight.load(SeqCst);
+            if n < self.capacity {
+                if self
+                    .in_flight
+                    .compare_exchange(n, n + 1, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    return Poll::Ready(());
+                }
+                continue;
+            }
+            let mut waiters = self.slot_waiters.lock();
+            waiters.push(cx.waker().clone());
+            self.has_slot_waiters.store(true, SeqCst);
+            // A slot freed between the check and the registration is seen here.
+            if self.in_flight.load(SeqCst) < self.capacity {
+                continue;
+            }
+            return Poll::Pending;
         }
-        self.push(&mut t, op);
+    }
+
+    /// Pushes `op` (holding a slot taken with [`Ring::poll_slot`]) into the submission queue.
+    pub fn push(&self, target: Target, mut op: Box<ReadOp>) {
+        let len = op.buf.len() as u32;
+        let ptr = op.buf.as_mut_ptr();
+        let read = match target {
+            Target::Fixed(slot) => opcode::Read::new(types::Fixed(slot), ptr, len),
+            Target::Fd(fd) => opcode::Read::new(types::Fd(fd), ptr, len),
+        };
+        let offset = op.offset;
+        let token = Box::into_raw(op) as u64;
+        let entry = read.offset(offset).build().user_data(token);
+        let _sq = self.sq.lock();
+        self.push_entry(&entry);
         self.unsubmitted.store(true, SeqCst);
     }
 
-    /// Hands every pushed entry to the kernel, unless another caller already did.
-    pub fn flush(&self) {
-        if self.unsubmitted.swap(false, SeqCst) {
-            self.enter_submit();
-        }
-    }
-
-    /// Hands pushed entries to the kernel.
-    fn enter_submit(&self) {
-        if let Err(e) = self.ring.submit()
-            && !matches!(
-                e.raw_os_error(),
-                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
-            )
-        {
-            eprintln!("ooode: io_uring submit failed: {e}");
-        }
-    }
-
-    /// Records `op` as in flight and pushes its SQE. Caller holds the tracker lock.
-    fn push(&self, t: &mut Tracker, mut op: ReadOp) {
-        let len = op.buf.len() as u32;
-        let ptr = op.buf.as_mut_ptr();
-        let read = if self.use_fixed.load(SeqCst) {
-            opcode::Read::new(types::Fixed(op.file.0), ptr, len)
-        } else {
-            opcode::Read::new(types::Fd(op.fd.as_raw_fd()), ptr, len)
-        };
-        let entry = read.offset(op.offset).build();
-        let guard = self.metrics.start_read();
-        let idx = t.free.pop().unwrap_or_else(|| {
-            t.slots.push(None);
-            t.slots.len() - 1
-        });
-        t.slots[idx] = Some(InFlight { op, guard });
-        t.in_flight += 1;
-        self.push_entry(&entry.user_data(idx as u64));
-    }
-
-    /// Pushes one SQE. Caller holds the tracker lock.
+    /// Pushes one SQE. Caller holds the `sq` lock.
     fn push_entry(&self, entry: &squeue::Entry) {
         loop {
-            // SAFETY: the tracker lock is held, so no other submission queue is in use; the
-            // entry's buffer and file are owned by the tracker until its completion is reaped,
-            // so the kernel never writes to freed memory or reads a closed descriptor.
-            let pushed = unsafe { self.ring.submission_shared().push(entry) };
+            // SAFETY: the `sq` lock is held, so no other submission queue handle is in use;
+            // the entry's buffer is owned by its ReadOp box until its completion is reaped,
+            // and its file stays open for the engine's lifetime, so the kernel never writes
+            // to freed memory or reads a closed descriptor.
+            let pushed = unsafe { self.uring.submission_shared().push(entry) };
             if pushed.is_ok() {
                 return;
             }
@@ -133,102 +169,124 @@ impl Shared {
         }
     }
 
+    /// Hands pushed entries to the kernel.
+    fn enter_submit(&self) {
+        if let Err(e) = self.uring.submit()
+            && !matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
+            )
+        {
+            log::error!("ooode: io_uring submit failed: {e}");
+        }
+    }
+
     /// Wakes the completion thread (a no-op completes at once).
     pub fn wake(&self) {
         {
-            let _t = self.tracker.lock();
+            let _sq = self.sq.lock();
             self.push_entry(&opcode::Nop::new().build().user_data(WAKE_TOKEN));
         }
         self.enter_submit();
     }
+
+    /// Asks the completion thread to end once every read has completed.
+    pub fn shut_down(&self) {
+        self.shutdown.store(true, SeqCst);
+        self.wake();
+    }
+
+    /// The engine's open files.
+    pub fn files(&self) -> &Arc<FileTable> {
+        &self.files
+    }
+
+    /// Reads in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(SeqCst)
+    }
+}
+
+impl Submit for Ring {
+    fn submit_pushed(&self) {
+        if self.unsubmitted.swap(false, SeqCst) {
+            self.enter_submit();
+        }
+    }
 }
 
 /// The completion thread: runs until shutdown and every read has completed.
-pub fn run(shared: Arc<Shared>) {
-    let mut done: Vec<(ReadOp, i32)> = Vec::new();
+pub fn run(ring: Arc<Ring>) {
+    let mut done: Vec<(Box<ReadOp>, i32)> = Vec::new();
     loop {
-        {
-            let t = shared.tracker.lock();
-            if shared.shutdown.load(SeqCst) && t.in_flight == 0 && t.overflow.is_empty() {
-                break;
-            }
+        if ring.shutdown.load(SeqCst) && ring.in_flight.load(SeqCst) == 0 {
+            break;
         }
         // SAFETY: plain io_uring_enter with no argument struct: wait for one completion.
         let waited = unsafe {
-            shared
-                .ring
+            ring.uring
                 .submitter()
                 .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
         };
         if let Err(e) = waited
             && e.raw_os_error() != Some(libc::EINTR)
         {
-            eprintln!("ooode: io_uring wait failed: {e}");
+            log::error!("ooode: io_uring wait failed: {e}");
         }
-        let mut pushed = false;
-        {
-            let mut t = shared.tracker.lock();
-            // SAFETY: this thread is the only one that touches the completion queue.
-            for cqe in unsafe { shared.ring.completion_shared() } {
-                let token = cqe.user_data();
-                if token == WAKE_TOKEN {
-                    continue;
-                }
-                if let Some(InFlight { op, guard }) =
-                    t.slots.get_mut(token as usize).and_then(Option::take)
-                {
-                    t.free.push(token as usize);
-                    t.in_flight -= 1;
-                    // Counted out here, under the lock, so the counters never show more reads
-                    // in flight than the limit.
-                    let len = op.buf.len();
-                    let ok = cqe.result() >= 0 && cqe.result() as usize >= len;
-                    guard.finish(ok.then_some(len));
-                    done.push((op, cqe.result()));
-                }
+        // SAFETY: this thread is the only one that touches the completion queue.
+        for cqe in unsafe { ring.uring.completion_shared() } {
+            let token = cqe.user_data();
+            if token == WAKE_TOKEN {
+                continue;
             }
-            while t.in_flight < shared.max_in_flight {
-                let Some(op) = t.overflow.pop_front() else {
-                    break;
-                };
-                shared.push(&mut t, op);
-                pushed = true;
-            }
+            // SAFETY: every other token is the address of a ReadOp box leaked by `push`,
+            // completed exactly once.
+            let op = unsafe { Box::from_raw(token as *mut ReadOp) };
+            done.push((op, cqe.result()));
         }
-        if pushed {
-            shared.enter_submit();
+        if done.is_empty() {
+            continue;
+        }
+        ring.in_flight.fetch_sub(done.len(), SeqCst);
+        if ring.has_slot_waiters.load(SeqCst) {
+            let waiters = std::mem::take(&mut *ring.slot_waiters.lock());
+            ring.has_slot_waiters.store(false, SeqCst);
+            waiters.into_iter().for_each(Waker::wake);
         }
         for (op, result) in done.drain(..) {
-            complete(op, result, &shared);
+            complete(*op, result, &ring);
         }
     }
 }
-fn complete(op: ReadOp, result: i32, shared: &Shared) {
+
+fn complete(op: ReadOp, result: i32, ring: &Ring) {
     let ReadOp {
         file,
         offset,
         buf,
         reply,
-        ..
+        guard,
     } = op;
     let len = buf.len();
+    let ok = result >= 0 && result as usize >= len;
+    guard.finish(ok.then_some(len));
     let outcome = if result < 0 {
-        shared.recycler.put(buf);
+        ring.recycler.put(buf);
         Err(StorageError::io(
-            shared.files.path(file),
+            ring.files.path(file),
             format!("read {len} bytes at offset {offset}"),
             std::io::Error::from_raw_os_error(-result),
         ))
     } else if (result as usize) < len {
-        shared.recycler.put(buf);
+        ring.recycler.put(buf);
         Err(short_read(
-            &shared.files.path(file),
+            &ring.files.path(file),
             offset,
             len,
             result as usize,
         ))
     } else {
-        Ok(PageBuf::new(buf, Some(shared.recycler.clone())))
+        Ok(PageBuf::new(buf, Some(ring.recycler.clone())))
     };
     // A closed receiver is a cancelled read: the buffer is recycled by dropping the result.
     let _ = reply.send(outcome);

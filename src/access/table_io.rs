@@ -14,31 +14,71 @@
 //! data pages from disk, not the top of every tree again.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::FutureExt;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
-use super::buf::PageBuf;
-use super::metrics::IoMetrics;
-use super::pool::{BufferPool, PageHint};
-use super::{FileId, IoEngine};
+use crate::io::metrics::ReadGuard;
+use crate::io::{BufferPool, FileId, IoEngine, IoMetrics, PageBuf, PageHint};
 use crate::storage::btree::node::NodeRef;
-use crate::storage::btree::{CountCursor, KeyRange};
 use crate::storage::page::{PageKind, verify_page};
 use crate::storage::segment::{SegmentReader, Striping};
 use crate::storage::{Result, StorageError, Table};
 
+/// The I/O counters a read is counted in: a plan node's and its query's (either may be
+/// absent, for tools and tests).
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    /// The plan node's counters.
+    pub node: Option<Arc<IoMetrics>>,
+    /// The query's counters.
+    pub query: Option<Arc<IoMetrics>>,
+}
+
+impl Counters {
+    /// Counting in `node` and `query`.
+    pub fn new(node: Arc<IoMetrics>, query: Arc<IoMetrics>) -> Self {
+        Self {
+            node: Some(node),
+            query: Some(query),
+        }
+    }
+
+    /// Counting in `metrics` only.
+    pub fn one(metrics: Arc<IoMetrics>) -> Self {
+        Self {
+            node: Some(metrics),
+            query: None,
+        }
+    }
+
+    fn start(&self) -> [Option<ReadGuard>; 2] {
+        [
+            self.node.as_ref().map(|m| m.start_read()),
+            self.query.as_ref().map(|m| m.start_read()),
+        ]
+    }
+
+    /// Counts a page found without a read.
+    pub fn hit(&self) {
+        self.node.iter().chain(&self.query).for_each(|m| m.hit());
+    }
+}
+
 #[derive(Debug)]
 struct SegmentFiles {
     files: Vec<FileId>,
+    /// The same files, for error messages (shared, not copied per read).
+    paths: Vec<Arc<Path>>,
     /// The buffer pool's keys of the same files.
     pool_keys: Vec<FileId>,
     striping: Striping,
     pages: u64,
     leaf_pages: u64,
     /// Nodes read so far that stay (index segments whose pinned part fits [`PINNED_BYTES`]).
-    pinned: Option<Mutex<HashMap<u64, PageBuf>>>,
+    pinned: Option<RwLock<HashMap<u64, PageBuf>>>,
     /// Whether leaves are pinned too (a sparse clustering index), not only inner nodes.
     pin_leaves: bool,
 }
@@ -58,19 +98,25 @@ impl SegmentFiles {
         sparse: bool,
     ) -> Result<Self> {
         let striping = segment.striping().clone();
-        let files = (0..striping.dirs.len())
-            .map(|i| engine.open(&striping.file(name, i)))
+        let paths: Vec<PathBuf> = (0..striping.dirs.len())
+            .map(|i| striping.file(name, i))
+            .collect();
+        let files = paths
+            .iter()
+            .map(|p| engine.open(p))
             .collect::<Result<Vec<_>>>()?;
-        let pool_keys = (0..striping.dirs.len())
-            .map(|i| pool.file_key(&striping.file(name, i)))
+        let pool_keys = paths
+            .iter()
+            .map(|p| pool.file_key(p))
             .collect::<Result<Vec<_>>>()?;
         let pages = segment.pages();
         let page_bytes = striping.page_size as u64;
         let inner_bytes = (pages - leaf_pages.min(pages)) * page_bytes;
         let pin_leaves = sparse && pages * page_bytes <= PINNED_BYTES;
-        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES).then(Mutex::default);
+        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES).then(RwLock::default);
         Ok(Self {
             files,
+            paths: paths.into_iter().map(Arc::from).collect(),
             pool_keys,
             striping,
             pages,
@@ -88,6 +134,11 @@ impl SegmentFiles {
         } else {
             (PageHint::IndexInner, PageKind::IndexInner, true)
         }
+    }
+
+    /// Node `page_no` if it is pinned.
+    fn pinned_node(&self, page_no: u64) -> Option<PageBuf> {
+        self.pinned.as_ref()?.read().get(&page_no).cloned()
     }
 }
 
@@ -154,11 +205,27 @@ impl TableIo {
         &self.pool
     }
 
-    /// Heap page `page_no`, verified; reads and hits are counted in each of `metrics` (for
-    /// example the plan node's and the query's counters).
-    pub async fn heap_page(&self, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Result<PageBuf> {
-        self.read(&self.heap, page_no, PageHint::Data, PageKind::Heap, metrics)
-            .await
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.heap.striping.page_size
+    }
+
+    /// Heap page `page_no`, verified; reads and hits are counted in `counters`.
+    pub async fn heap_page(&self, page_no: u64, counters: &Counters) -> Result<PageBuf> {
+        self.read(
+            &self.heap,
+            page_no,
+            PageHint::Data,
+            PageKind::Heap,
+            counters,
+        )
+        .await
+    }
+
+    fn index(&self, index: usize) -> Result<&SegmentFiles> {
+        self.indexes.get(index).ok_or_else(|| {
+            StorageError::InvalidArgument(format!("table has no index number {index}"))
+        })
     }
 
     /// Page `page_no` of the `index`-th index (in manifest order), verified.
@@ -166,67 +233,40 @@ impl TableIo {
         &self,
         index: usize,
         page_no: u64,
-        metrics: &[Arc<IoMetrics>],
+        counters: &Counters,
     ) -> Result<PageBuf> {
-        let seg = self.indexes.get(index).ok_or_else(|| {
-            StorageError::InvalidArgument(format!("table has no index number {index}"))
-        })?;
+        let seg = self.index(index)?;
         let (hint, kind, pin) = seg.node_class(page_no);
-        if pin && let Some(page) = pinned_node(seg, page_no, metrics) {
+        if pin && let Some(page) = seg.pinned_node(page_no) {
+            counters.hit();
             return Ok(page);
         }
-        let page = self.read(seg, page_no, hint, kind, metrics).await?;
+        let page = self.read(seg, page_no, hint, kind, counters).await?;
         if pin && let Some(pinned) = &seg.pinned {
-            pinned.lock().insert(page_no, page.clone());
+            pinned.write().insert(page_no, page.clone());
         }
         Ok(page)
     }
 
-    /// Entries of the `index`-th index in `range`, counted at planning time (two descents).
-    ///
-    /// Pages come as a lookup gets them: pinned nodes, the buffer pool, else a read through
-    /// the engine that is cached; so on a cold pool the estimate costs real reads and the
-    /// query then finds those pages cached. Meant for a table opened on a synchronous engine
-    /// (in-order mode: its reads finish before they return); a page that another engine is
-    /// reading right now, or any page when this engine is asynchronous, is read with a plain
-    /// `pread` instead of waiting, since planning cannot wait for a read that a task on this
-    /// very thread may still have to submit.
-    pub fn count_entries_now(&self, index: usize, range: &KeyRange) -> Result<u64> {
-        let idx = self.table.indexes().get(index).ok_or_else(|| {
-            StorageError::InvalidArgument(format!("table has no index number {index}"))
-        })?;
-        let synchronous = self.engine.max_in_flight() == 1;
-        let mut cursor = CountCursor::new(&idx.meta.tree, range);
-        while let Some(p) = cursor.next_page() {
-            let file = idx.segment.file_of(p);
-            match synchronous
-                .then(|| self.index_page(index, p, &[]).now_or_never())
-                .flatten()
-            {
-                Some(page) => cursor.feed(&page?, file)?,
-                None => cursor.feed(&idx.segment.read_page(p)?, file)?,
-            }
-        }
-        Ok(cursor.count().unwrap_or(0))
-    }
-
     /// Heap page `page_no` if the buffer pool holds it (no read, no waiting); counted as a hit.
-    pub fn cached_heap_page(&self, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Option<PageBuf> {
-        self.cached(&self.heap, page_no, PageHint::Data, metrics)
+    pub fn cached_heap_page(&self, page_no: u64, counters: &Counters) -> Option<PageBuf> {
+        self.cached(&self.heap, page_no, PageHint::Data, counters)
     }
 
-    /// Page `page_no` of the `index`-th index if the buffer pool holds it.
+    /// Page `page_no` of the `index`-th index if it is pinned or the buffer pool holds it.
     pub fn cached_index_page(
         &self,
         index: usize,
         page_no: u64,
-        metrics: &[Arc<IoMetrics>],
+        counters: &Counters,
     ) -> Option<PageBuf> {
         let seg = self.indexes.get(index)?;
         let (hint, _, pin) = seg.node_class(page_no);
-        pin.then(|| pinned_node(seg, page_no, metrics))
-            .flatten()
-            .or_else(|| self.cached(seg, page_no, hint, metrics))
+        if pin && let Some(page) = seg.pinned_node(page_no) {
+            counters.hit();
+            return Some(page);
+        }
+        self.cached(seg, page_no, hint, counters)
     }
 
     fn cached(
@@ -234,7 +274,7 @@ impl TableIo {
         seg: &SegmentFiles,
         page_no: u64,
         hint: PageHint,
-        metrics: &[Arc<IoMetrics>],
+        counters: &Counters,
     ) -> Option<PageBuf> {
         if page_no >= seg.pages {
             return None;
@@ -243,16 +283,19 @@ impl TableIo {
         let page = self
             .pool
             .get_cached((seg.pool_keys[path_idx], offset), hint)?;
-        metrics.iter().for_each(|m| m.hit());
+        counters.hit();
         Some(page)
     }
 
     /// The file holding heap page `page_no` (for error messages).
-    pub fn heap_file(&self, page_no: u64) -> std::path::PathBuf {
-        self.heap.striping.file(
-            crate::storage::loader::HEAP_SEGMENT,
-            self.heap.striping.locate(page_no).0,
-        )
+    pub fn heap_file(&self, page_no: u64) -> &Path {
+        &self.heap.paths[self.heap.striping.locate(page_no).0]
+    }
+
+    /// The file holding node `page_no` of the `index`-th index (for error messages).
+    pub fn index_file(&self, index: usize, page_no: u64) -> Option<&Path> {
+        let seg = self.indexes.get(index)?;
+        Some(&seg.paths[seg.striping.locate(page_no).0])
     }
 
     async fn read(
@@ -261,23 +304,23 @@ impl TableIo {
         page_no: u64,
         hint: PageHint,
         kind: PageKind,
-        metrics: &[Arc<IoMetrics>],
+        counters: &Counters,
     ) -> Result<PageBuf> {
         let (path_idx, offset) = seg.striping.locate(page_no);
-        let file = seg.files[path_idx];
         if page_no >= seg.pages {
             return Err(StorageError::corrupted(
-                self.engine.path(file),
+                seg.paths[path_idx].to_path_buf(),
                 Some(page_no),
                 format!("page {page_no} is past the segment's {} pages", seg.pages),
             ));
         }
+        let file = seg.files[path_idx];
         let len = seg.striping.page_size;
         let engine = self.engine.clone();
-        let counters = metrics.to_vec();
+        let path = seg.paths[path_idx].clone();
+        let counting = counters.clone();
         let load = move || {
-            let guards: Vec<_> = counters.iter().map(|m| m.start_read()).collect();
-            let path = engine.path(file);
+            let guards = counting.start();
             engine
                 .read(file, offset, len)
                 .map(move |r| {
@@ -289,7 +332,7 @@ impl TableIo {
                         }
                         Ok(page)
                     });
-                    for guard in guards {
+                    for guard in guards.into_iter().flatten() {
                         guard.finish(r.as_ref().ok().map(|_| len));
                     }
                     r
@@ -299,17 +342,10 @@ impl TableIo {
         let key = (seg.pool_keys[path_idx], offset);
         let (page, cached) = self.pool.get(key, len, hint, load).await?;
         if cached {
-            metrics.iter().for_each(|m| m.hit());
+            counters.hit();
         }
         Ok(page)
     }
-}
-
-/// Node `page_no` of `seg` if it is pinned; counted as a hit.
-fn pinned_node(seg: &SegmentFiles, page_no: u64, metrics: &[Arc<IoMetrics>]) -> Option<PageBuf> {
-    let page = seg.pinned.as_ref()?.lock().get(&page_no).cloned()?;
-    metrics.iter().for_each(|m| m.hit());
-    Some(page)
 }
 
 /// Names the page in a short-read error (a truncated file).

@@ -1,0 +1,430 @@
+//! Admission of page reads: a cap on the reads in flight of each query and one on all queries
+//! of a runtime together, shared fairly, with the reads closest to a query's output first.
+//!
+//! ```text
+//!   step wants a read ──> fast path: nobody waits, runtime below its cap, query below its
+//!        │                limit ──> permit (three atomic additions, no lock)
+//!        └─ else: queued under the query, at the step's level ──> pending
+//!   a permit dropped ──> counts back ──> if anyone waits: lock, dispatch:
+//!        while the runtime is below its cap: the next query in turn (round robin over the
+//!        queries that wait and are below their own limit) gets one permit, for its waiter of
+//!        the highest level (closest to the output: finished work leaves memory first)
+//! ```
+//!
+//! Round robin gives each waiting query one of every k freed permits when k queries wait, so a
+//! point lookup arriving behind a query with thousands of reads queued waits for about k
+//! completions, not thousands. A permit is held until the step has used its page (decoded
+//! it), not just until the read completes, so permits bound pages in memory too.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::task::{Context, Poll};
+
+use futures::task::AtomicWaker;
+use parking_lot::Mutex;
+
+/// Levels of priority within a query (higher first); deeper levels share the last one.
+pub const LEVELS: usize = 8;
+
+/// The runtime-wide side: a cap on reads in flight for all queries.
+#[derive(Debug)]
+pub struct Admission {
+    cap: AtomicUsize,
+    in_use: AtomicUsize,
+    /// Requests queued (fast paths step aside while any wait, to keep the turn fair).
+    waiting: AtomicUsize,
+    queues: Mutex<Queues>,
+    next_query: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Queues {
+    by_query: HashMap<u64, QueryWaiters>,
+    /// Queries with waiters, in turn order.
+    turn: VecDeque<u64>,
+}
+
+#[derive(Debug)]
+struct QueryWaiters {
+    share: Arc<Share>,
+    levels: [VecDeque<Arc<Cell>>; LEVELS],
+}
+
+const WAITING: u8 = 0;
+const GRANTED: u8 = 1;
+const GONE: u8 = 2;
+
+/// One queued request.
+#[derive(Debug)]
+struct Cell {
+    state: AtomicU8,
+    waker: AtomicWaker,
+}
+
+/// One query's side: its limit and its reads in flight.
+#[derive(Debug)]
+pub struct Share {
+    id: u64,
+    limit: usize,
+    in_use: AtomicUsize,
+    admission: Arc<Admission>,
+}
+
+impl Admission {
+    /// Admission of at most `cap` reads in flight in all.
+    pub fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Self {
+            cap: AtomicUsize::new(cap.max(1)),
+            in_use: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            queues: Mutex::new(Queues::default()),
+            next_query: AtomicU64::new(0),
+        })
+    }
+
+    /// Changes the cap (reads in flight above a lower one finish; new ones wait).
+    pub fn set_cap(&self, cap: usize) {
+        if self.cap.swap(cap.max(1), SeqCst) < cap {
+            self.dispatch();
+        }
+    }
+
+    /// The cap.
+    pub fn cap(&self) -> usize {
+        self.cap.load(SeqCst)
+    }
+
+    /// Permits held now, over all queries.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(SeqCst)
+    }
+
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(SeqCst)
+    }
+
+    /// A new query allowed `limit` reads in flight.
+    pub fn share(self: &Arc<Self>, limit: usize) -> Arc<Share> {
+        Arc::new(Share {
+            id: self.next_query.fetch_add(1, SeqCst),
+            limit: limit.max(1),
+            in_use: AtomicUsize::new(0),
+            admission: self.clone(),
+        })
+    }
+
+    /// Takes one unit of the runtime's cap and of `share`'s limit, if both have room.
+    fn take(&self, share: &Share) -> bool {
+        if !take_below(&self.in_use, self.cap.load(SeqCst)) {
+            return false;
+        }
+        if !take_below(&share.in_use, share.limit) {
+            self.in_use.fetch_sub(1, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    fn give_back(&self, share: &Share) {
+        share.in_use.fetch_sub(1, SeqCst);
+        self.in_use.fetch_sub(1, SeqCst);
+        if self.waiting.load(SeqCst) > 0 {
+            self.dispatch();
+        }
+    }
+
+    /// Hands free permits to waiting requests, one query at a time in turn.
+    fn dispatch(&self) {
+        let mut q = self.queues.lock();
+        let mut idle_turns = 0;
+        while idle_turns < q.turn.len() {
+            let Some(id) = q.turn.pop_front() else { break };
+            let Some(waiters) = q.by_query.get_mut(&id) else {
+                continue;
+            };
+            // Drop requests that were cancelled while queued.
+            for level in waiters.levels.iter_mut() {
+                while level.front().is_some_and(|c| c.state.load(SeqCst) == GONE) {
+                    level.pop_front();
+                    self.waiting.fetch_sub(1, SeqCst);
+                }
+            }
+            let Some(level) = waiters.levels.iter_mut().rev().find(|l| !l.is_empty()) else {
+                q.by_query.remove(&id);
+                continue;
+            };
+            if !self.take(&waiters.share) {
+                q.turn.push_back(id);
+                if self.in_use.load(SeqCst) >= self.cap.load(SeqCst) {
+                    break;
+                }
+                // This query is at its own limit; the next one may not be.
+                idle_turns += 1;
+                continue;
+            }
+            let cell = level.pop_front().expect("non-empty level");
+            self.waiting.fetch_sub(1, SeqCst);
+            if cell
+                .state
+                .compare_exchange(WAITING, GRANTED, SeqCst, SeqCst)
+                .is_ok()
+            {
+                cell.waker.wake();
+                idle_turns = 0;
+            } else {
+                // Cancelled between the sweep and now.
+                self.in_use.fetch_sub(1, SeqCst);
+                waiters.share.in_use.fetch_sub(1, SeqCst);
+            }
+            if waiters.levels.iter().any(|l| !l.is_empty()) {
+                q.turn.push_back(id);
+            } else {
+                q.by_query.remove(&id);
+            }
+        }
+    }
+}
+
+/// Adds one to `count` if it stays at most `limit` (never overshooting, even for a moment).
+fn take_below(count: &AtomicUsize, limit: usize) -> bool {
+    let mut n = count.load(SeqCst);
+    loop {
+        if n >= limit {
+            return false;
+        }
+        match count.compare_exchange_weak(n, n + 1, SeqCst, SeqCst) {
+            Ok(_) => return true,
+            Err(now) => n = now,
+        }
+    }
+}
+
+impl Share {
+    /// Reads this query may have in flight.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Permits this query holds now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(SeqCst)
+    }
+
+    /// A permit now, if one is free and nobody waits for one.
+    pub fn try_acquire(self: &Arc<Self>) -> Option<Permit> {
+        let a = &self.admission;
+        (a.waiting.load(SeqCst) == 0 && a.take(self)).then(|| Permit {
+            share: self.clone(),
+        })
+    }
+
+    /// A permit for a read at `level` (higher: closer to the query's output, served first).
+    pub fn acquire(self: &Arc<Self>, level: usize) -> Acquire {
+        Acquire {
+            share: self.clone(),
+            level: level.min(LEVELS - 1),
+            cell: None,
+        }
+    }
+}
+
+/// One read's right to be in flight; given back when dropped.
+#[derive(Debug)]
+pub struct Permit {
+    share: Arc<Share>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.share.admission.give_back(&self.share);
+    }
+}
+
+/// A request for a [`Permit`].
+pub struct Acquire {
+    share: Arc<Share>,
+    level: usize,
+    cell: Option<Arc<Cell>>,
+}
+
+impl Future for Acquire {
+    type Output = Permit;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit> {
+        let this = &mut *self;
+        match &this.cell {
+            None => {
+                if let Some(p) = this.share.try_acquire() {
+                    return Poll::Ready(p);
+                }
+                let cell = Arc::new(Cell {
+                    state: AtomicU8::new(WAITING),
+                    waker: AtomicWaker::new(),
+                });
+                cell.waker.register(cx.waker());
+                let a = &this.share.admission;
+                {
+                    let mut q = a.queues.lock();
+                    let id = this.share.id;
+                    let waiters = q.by_query.entry(id).or_insert_with(|| QueryWaiters {
+                        share: this.share.clone(),
+                        levels: Default::default(),
+                    });
+                    let fresh = waiters.levels.iter().all(VecDeque::is_empty);
+                    waiters.levels[this.level].push_back(cell.clone());
+                    if fresh && !q.turn.contains(&id) {
+                        q.turn.push_back(id);
+                    }
+                    a.waiting.fetch_add(1, SeqCst);
+                }
+                this.cell = Some(cell.clone());
+                // Room freed before the request was queued is handed out here.
+                a.dispatch();
+                if cell.state.load(SeqCst) == GRANTED {
+                    this.cell = None;
+                    return Poll::Ready(Permit {
+                        share: this.share.clone(),
+                    });
+                }
+                Poll::Pending
+            }
+            Some(cell) => {
+                cell.waker.register(cx.waker());
+                if cell.state.load(SeqCst) == GRANTED {
+                    this.cell = None;
+                    return Poll::Ready(Permit {
+                        share: this.share.clone(),
+                    });
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        let Some(cell) = self.cell.take() else {
+            return;
+        };
+        match cell.state.compare_exchange(WAITING, GONE, SeqCst, SeqCst) {
+            // Still queued: dispatch skips it (and counts it out then).
+            Ok(_) => {
+                let a = &self.share.admission;
+                let mut q = a.queues.lock();
+                if let Some(w) = q.by_query.get_mut(&self.share.id) {
+                    let level = &mut w.levels[self.level];
+                    if let Some(i) = level.iter().position(|c| Arc::ptr_eq(c, &cell)) {
+                        level.remove(i);
+                        a.waiting.fetch_sub(1, SeqCst);
+                    }
+                }
+            }
+            // Granted but never taken: give it back.
+            Err(_) => self.share.admission.give_back(&self.share),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    fn poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+        f.now_or_never_ref()
+    }
+
+    trait NowOrNeverRef: Future + Unpin + Sized {
+        fn now_or_never_ref(&mut self) -> Option<Self::Output> {
+            let waker = futures::task::noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            match Pin::new(self).poll(&mut cx) {
+                Poll::Ready(v) => Some(v),
+                Poll::Pending => None,
+            }
+        }
+    }
+    impl<F: Future + Unpin> NowOrNeverRef for F {}
+
+    #[test]
+    fn limits_and_fair_turns() {
+        let a = Admission::new(4);
+        let big = a.share(100);
+        let small = a.share(100);
+        // The big query takes the whole cap and queues more.
+        let held: Vec<_> = (0..4).map(|_| big.try_acquire().unwrap()).collect();
+        let mut big_waits: Vec<_> = (0..10).map(|_| big.acquire(0)).collect();
+        for w in big_waits.iter_mut() {
+            assert!(poll_once(w).is_none());
+        }
+        // A small query arriving later gets the second freed permit at the latest.
+        let mut small_wait = small.acquire(0);
+        assert!(poll_once(&mut small_wait).is_none());
+        let mut held = held;
+        drop(held.pop());
+        drop(held.pop());
+        assert!(
+            poll_once(&mut small_wait).is_some(),
+            "the small query waited behind the big one's queue"
+        );
+        assert_eq!(a.in_use(), 4);
+        // Cancelled requests give back what they were granted or leave the queue.
+        drop(big_waits);
+        drop(held);
+        assert_eq!(a.waiting(), 0);
+        assert!(a.in_use() <= 1, "{}", a.in_use());
+    }
+
+    #[test]
+    fn query_limit_and_levels() {
+        let a = Admission::new(100);
+        let q = a.share(1);
+        let first = q.try_acquire().unwrap();
+        assert!(q.try_acquire().is_none(), "limit 1");
+        let mut low = q.acquire(0);
+        let mut high = q.acquire(5);
+        assert!(poll_once(&mut low).is_none());
+        assert!(poll_once(&mut high).is_none());
+        drop(first);
+        assert!(poll_once(&mut low).is_none(), "the higher level goes first");
+        let second = poll_once(&mut high).expect("granted");
+        drop(second);
+        let third = poll_once(&mut low).expect("then the lower one");
+        drop(third);
+        assert_eq!((a.in_use(), a.waiting(), q.in_use()), (0, 0, 0));
+    }
+
+    #[test]
+    fn many_threads_never_exceed_the_caps() {
+        let a = Admission::new(8);
+        let max_seen = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let (a, max_seen) = (a.clone(), max_seen.clone());
+                std::thread::spawn(move || {
+                    let q = a.share(3);
+                    for i in 0..2000 {
+                        let p = futures::executor::block_on(q.acquire(i % 3));
+                        assert!(q.in_use() <= 3);
+                        max_seen.fetch_max(a.in_use(), SeqCst);
+                        if (i + t) % 7 == 0 {
+                            // Abandon a request now and then.
+                            drop(q.acquire(1).now_or_never());
+                        }
+                        drop(p);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(max_seen.load(SeqCst) <= 8);
+        assert_eq!((a.in_use(), a.waiting()), (0, 0));
+    }
+}

@@ -1,0 +1,89 @@
+//! The I/O budget and counters of one query.
+//!
+//! Made once per query while it is planned (the provider's scan makes it, the optimizer rule
+//! hands the same one to every ooode node of the plan): its execution mode, its share of the
+//! runtime's admission (`ooode.max_outstanding_io` reads in flight out of order, one in
+//! order), and the counters of all its reads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::admission::{Acquire, Permit, Share};
+use super::runtime::OoodeRuntime;
+use super::table_io::Counters;
+use crate::config::{ExecutionMode, OoodeConfig};
+use crate::io::IoMetrics;
+
+/// The I/O budget and counters of one query.
+#[derive(Debug)]
+pub struct QueryIo {
+    /// Execution mode.
+    pub mode: ExecutionMode,
+    /// O_DIRECT reads.
+    pub direct: bool,
+    /// Reads of the whole query.
+    pub metrics: Arc<IoMetrics>,
+    share: Arc<Share>,
+    runtime: Arc<OoodeRuntime>,
+    /// Reads issued while a read of another plan node of the query was in flight.
+    overlapped: AtomicU64,
+}
+
+impl QueryIo {
+    /// A budget from the session settings: `max_outstanding_io` reads in flight out of order,
+    /// one in order, within the runtime's cap.
+    pub fn new(runtime: &Arc<OoodeRuntime>, config: &OoodeConfig) -> Arc<Self> {
+        let limit = match config.execution_mode {
+            ExecutionMode::InOrder => 1,
+            ExecutionMode::OutOfOrder => config.max_outstanding_io.max(1),
+        };
+        Arc::new(Self {
+            mode: config.execution_mode,
+            direct: config.direct_io,
+            metrics: IoMetrics::new(),
+            share: runtime.admission().share(limit),
+            runtime: runtime.clone(),
+            overlapped: AtomicU64::new(0),
+        })
+    }
+
+    /// The runtime the query reads through.
+    pub fn runtime(&self) -> &Arc<OoodeRuntime> {
+        &self.runtime
+    }
+
+    /// Reads the query may have in flight.
+    pub fn limit(&self) -> usize {
+        self.share.limit()
+    }
+
+    /// Permits the query holds now.
+    pub fn permits_in_use(&self) -> usize {
+        self.share.in_use()
+    }
+
+    /// A permit for one read at `level` (higher: closer to the output, served first).
+    pub fn permit(&self, level: usize) -> Acquire {
+        self.share.acquire(level)
+    }
+
+    /// A permit now, if one is free.
+    pub fn try_permit(&self) -> Option<Permit> {
+        self.share.try_acquire()
+    }
+
+    /// Notes a read about to be issued by the node counting in `counters`: overlapped if
+    /// another node of the query has a read in flight.
+    pub fn note_read(&self, counters: &Counters) {
+        let node = counters.node.as_ref().map_or(0, |m| m.snapshot_in_flight());
+        if self.metrics.snapshot_in_flight() > node {
+            self.overlapped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Reads issued while another plan node of the query had a read in flight: proof that
+    /// the levels of a join chain run at the same time.
+    pub fn overlapped_reads(&self) -> u64 {
+        self.overlapped.load(Relaxed)
+    }
+}

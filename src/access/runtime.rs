@@ -1,0 +1,200 @@
+//! ooode's runtime state, one per DataFusion [`RuntimeEnv`]: engines, buffer pool, admission
+//! of reads, and the tables opened on them.
+//!
+//! ```text
+//!   SessionContext ──> SessionState ──> Arc<RuntimeEnv> ──(registry)──> Arc<OoodeRuntime>
+//!                                        memory_pool  <── buffer pool reservation
+//! ```
+//!
+//! DataFusion 55's `RuntimeEnv` has no slot for extensions, so the registry maps each live
+//! `RuntimeEnv` (by address, checked through a weak reference) to its ooode runtime. Sessions
+//! that share a `RuntimeEnv` (a service's sessions) share the runtime: one buffer pool, one cap
+//! on reads in flight shared fairly between their queries. Contexts with runtimes of their own
+//! share nothing; a runtime ends with its `RuntimeEnv` (and the last plan using it).
+//! Settings take effect when a query is planned with them ([`OoodeRuntime::configure`]): the
+//! pool's budget and the cap on reads in flight are the ones of the session planning.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use parking_lot::Mutex;
+
+use super::admission::Admission;
+use super::table_io::TableIo;
+use crate::config::{ExecutionMode, OoodeConfig};
+use crate::io::{BufferPool, IoEngine, PoolMemory, Recycler, SyncEngine, default_engine};
+use crate::storage::{Result, Table};
+
+/// Most reads one ring of an io_uring engine keeps in flight; admission keeps all queries
+/// of a runtime below it.
+const ENGINE_MAX_IN_FLIGHT: usize = crate::config::MAX_READS_IN_FLIGHT;
+
+/// The engines, pool, admission and opened tables of one `RuntimeEnv`.
+#[derive(Debug)]
+pub struct OoodeRuntime {
+    pool: Arc<BufferPool>,
+    recycler: Arc<Recycler>,
+    admission: Arc<Admission>,
+    memory: Arc<dyn MemoryPool>,
+    engines: Mutex<HashMap<(ExecutionMode, bool), Arc<dyn IoEngine>>>,
+    tables: Mutex<HashMap<(PathBuf, ExecutionMode, bool), Arc<TableIo>>>,
+    /// (configured pool bytes, memory fraction) last applied.
+    applied: Mutex<Option<(usize, u64)>>,
+}
+
+type Registry = Vec<(Weak<RuntimeEnv>, usize, Arc<OoodeRuntime>)>;
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Vec::new());
+
+/// The buffer pool's bytes, reserved in DataFusion's memory pool.
+#[derive(Debug)]
+struct ReservedMemory(Mutex<MemoryReservation>);
+
+impl PoolMemory for ReservedMemory {
+    fn try_grow(&self, bytes: usize) -> bool {
+        self.0.lock().try_grow(bytes).is_ok()
+    }
+    fn shrink(&self, bytes: usize) {
+        self.0.lock().shrink(bytes)
+    }
+}
+
+impl OoodeRuntime {
+    /// The runtime of `env` (made on first use).
+    pub fn for_env(env: &Arc<RuntimeEnv>) -> Arc<OoodeRuntime> {
+        let address = Arc::as_ptr(env) as usize;
+        let mut registry = REGISTRY.lock();
+        // Runtimes of RuntimeEnvs that are gone end here (their plans may still hold them).
+        registry.retain(|(weak, _, _)| weak.strong_count() > 0);
+        if let Some((_, _, rt)) = registry
+            .iter()
+            .find(|(weak, addr, _)| *addr == address && weak.upgrade().is_some())
+        {
+            return rt.clone();
+        }
+        let rt = Arc::new(Self::new(env.memory_pool.clone()));
+        registry.push((Arc::downgrade(env), address, rt.clone()));
+        rt
+    }
+
+    /// A runtime whose buffer pool reserves its bytes in `memory`.
+    pub fn new(memory: Arc<dyn MemoryPool>) -> Self {
+        let defaults = OoodeConfig::default();
+        let reservation = MemoryConsumer::new("ooode buffer pool")
+            .with_can_spill(true)
+            .register(&memory);
+        let budget = Self::pool_budget(&memory, &defaults);
+        let pool = BufferPool::with_memory(
+            budget,
+            Some(Arc::new(ReservedMemory(Mutex::new(reservation)))),
+        );
+        Self {
+            pool,
+            recycler: Recycler::new(budget),
+            admission: Admission::new(defaults.max_outstanding_io_total),
+            memory,
+            engines: Mutex::new(HashMap::new()),
+            tables: Mutex::new(HashMap::new()),
+            applied: Mutex::new(None),
+        }
+    }
+
+    /// The buffer pool's budget under `config`: its setting (or a quarter of memory), at most
+    /// the configured share of a finite memory limit.
+    fn pool_budget(memory: &Arc<dyn MemoryPool>, config: &OoodeConfig) -> usize {
+        let wanted = match config.buffer_pool_bytes {
+            0 => crate::io::pool::default_budget(),
+            n => n,
+        };
+        match memory.memory_limit() {
+            MemoryLimit::Finite(limit) => {
+                wanted.min((limit as f64 * config.buffer_pool_memory_fraction) as usize)
+            }
+            _ => wanted,
+        }
+    }
+
+    /// Applies the runtime-wide settings of `config` (pool budget, cap on reads in flight).
+    pub fn configure(&self, config: &OoodeConfig) {
+        self.admission.set_cap(config.max_outstanding_io_total);
+        let key = (
+            config.buffer_pool_bytes,
+            config.buffer_pool_memory_fraction.to_bits(),
+        );
+        let mut applied = self.applied.lock();
+        if *applied != Some(key) {
+            self.pool
+                .set_budget(Self::pool_budget(&self.memory, config));
+            *applied = Some(key);
+        }
+    }
+
+    /// The buffer pool.
+    pub fn pool(&self) -> &Arc<BufferPool> {
+        &self.pool
+    }
+
+    /// Admission of reads for the queries of this runtime.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
+    }
+
+    /// DataFusion's memory pool of this runtime.
+    pub fn memory_pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.memory
+    }
+
+    /// The engine for a mode: io_uring (or its fallback) out of order, pread in order.
+    pub fn engine(&self, mode: ExecutionMode, direct: bool) -> Arc<dyn IoEngine> {
+        self.engines
+            .lock()
+            .entry((mode, direct))
+            .or_insert_with(|| match mode {
+                ExecutionMode::InOrder => {
+                    Arc::new(SyncEngine::with_recycler(direct, self.recycler.clone()))
+                }
+                ExecutionMode::OutOfOrder => {
+                    default_engine(ENGINE_MAX_IN_FLIGHT, direct, self.recycler.clone())
+                }
+            })
+            .clone()
+    }
+
+    /// Engines made so far.
+    pub fn engines(&self) -> Vec<Arc<dyn IoEngine>> {
+        self.engines.lock().values().cloned().collect()
+    }
+
+    /// The table in `dir`, opened for reading in `mode` (a table is opened once per mode).
+    pub fn table(&self, dir: &Path, mode: ExecutionMode, direct: bool) -> Result<Arc<TableIo>> {
+        let key = (dir.to_path_buf(), mode, direct);
+        if let Some(t) = self.tables.lock().get(&key) {
+            return Ok(t.clone());
+        }
+        let table = Arc::new(Table::open(dir)?);
+        let io = Arc::new(TableIo::open(
+            table,
+            self.engine(mode, direct),
+            self.pool.clone(),
+        )?);
+        Ok(self.tables.lock().entry(key).or_insert(io).clone())
+    }
+
+    /// Forgets the opened copies of the table in `dir` (after it was replaced on disk).
+    pub fn forget_table(&self, dir: &Path) {
+        self.tables.lock().retain(|k, _| k.0 != dir);
+    }
+
+    /// Forgets the table in `dir` in every runtime of the process (a table was replaced).
+    pub fn forget_table_everywhere(dir: &Path) {
+        let runtimes: Vec<_> = REGISTRY.lock().iter().map(|r| r.2.clone()).collect();
+        for rt in runtimes {
+            rt.forget_table(dir);
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The asynchronous steps every ooode node is made of: walk a B+tree, fetch a heap page.
+//!
+//! ```text
+//!   page wanted ──> pinned or in the pool? ──yes──> the page (no permit, no read)
+//!        │ no
+//!        v
+//!   permit of the query's budget, at the step's level (waits while the query or the
+//!   runtime is at its cap) ──> read through the pool (shared with concurrent requests)
+//!        ──> the page and its permit ──> the caller decodes it, then drops both
+//! ```
+//!
+//! A step is a plain future polled by its operator's task: no task of its own per read, so a
+//! read costs a permit, a pool lookup and the engine's submission. The operators keep polling
+//! their steps while their output waits (see `exec`), so a permit is never held by a step
+//! nobody polls; a permit is held until the page is used, so permits bound pages in memory.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
+use datafusion::common::{DataFusionError, Result};
+use futures::Stream;
+
+use super::admission::Permit;
+use super::budget::QueryIo;
+use super::table_io::{Counters, TableIo};
+use crate::io::{IoMetrics, PageBuf};
+use crate::storage::StorageError;
+use crate::storage::btree::{CountCursor, KeyRange, RangeCursor, RowId};
+
+/// Converts a storage error into a DataFusion error, once, at the boundary.
+pub fn to_df(e: StorageError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// How one plan node's steps read: under its query's budget, counted in the node's and the
+/// query's counters, at the node's level (higher: closer to the output, served first).
+#[derive(Debug, Clone)]
+pub struct StepCtx {
+    query: Arc<QueryIo>,
+    counters: Counters,
+    level: usize,
+    /// Whether reads wait for admission (all but the optimizer's counts).
+    admitted: bool,
+}
+
+impl StepCtx {
+    /// Steps of a node counting in `node`, reading under `query` at `level`.
+    pub fn new(query: Arc<QueryIo>, node: Arc<IoMetrics>, level: usize) -> Self {
+        Self {
+            counters: Counters::new(node, query.metrics.clone()),
+            query,
+            level,
+            admitted: true,
+        }
+    }
+
+    /// Steps of the optimizer's counts: outside admission (see [`super::plan_time`]).
+    pub fn plan_time(query: Arc<QueryIo>, node: Arc<IoMetrics>) -> Self {
+        Self {
+            admitted: false,
+            ..Self::new(query, node, 0)
+        }
+    }
+
+    /// The query's budget.
+    pub fn query(&self) -> &Arc<QueryIo> {
+        &self.query
+    }
+
+    /// The counters reads are counted in.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    async fn permit(&self) -> Option<Permit> {
+        let permit = match self.admitted {
+            true => Some(self.query.permit(self.level).await),
+            false => None,
+        };
+        self.query.note_read(&self.counters);
+        permit
+    }
+}
+
+/// A page and the permit it was read under, held until the page has been used.
+#[derive(Debug)]
+pub struct HeldPage {
+    /// The page.
+    pub page: PageBuf,
+    _permit: Option<Permit>,
+}
+
+/// Heap page `page_no` of `table`.
+pub async fn heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> Result<HeldPage> {
+    if let Some(page) = table.cached_heap_page(page_no, &ctx.counters) {
+        return Ok(HeldPage {
+            page,
+            _permit: None,
+        });
+    }
+    let permit = ctx.permit().await;
+    let page = table
+        .heap_page(page_no, &ctx.counters)
+        .await
+        .map_err(to_df)?;
+    Ok(HeldPage {
+        page,
+        _permit: permit,
+    })
+}
+
+/// Node `page_no` of the `index`-th index of `table`. Cached nodes (the upper B+tree levels,
+/// mostly) cost no permit.
+pub async fn index_page(
+    table: &TableIo,
+    index: usize,
+    page_no: u64,
+    ctx: &StepCtx,
+) -> Result<PageBuf> {
+    if let Some(page) = table.cached_index_page(index, page_no, &ctx.counters) {
+        return Ok(page);
+    }
+    let _permit = ctx.permit().await;
+    table
+        .index_page(index, page_no, &ctx.counters)
+        .await
+        .map_err(to_df)
+}
+
+fn no_index(index: usize) -> DataFusionError {
+    to_df(StorageError::InvalidArgument(format!(
+        "table has no index number {index}"
+    )))
+}
+
+fn index_file(table: &TableIo, index: usize, page_no: u64) -> Result<&Path> {
+    table
+        .index_file(index, page_no)
+        .ok_or_else(|| no_index(index))
+}
+
+/// The row ids (or heap page row ids, for a sparse index) of the keys in `range` of the
+/// `index`-th index of `table`, one leaf at a time: a long range is never gathered whole.
+pub fn lookup_leaves(
+    table: Arc<TableIo>,
+    index: usize,
+    range: KeyRange,
+    ctx: StepCtx,
+) -> impl Stream<Item = Result<Vec<u64>>> + Send + 'static {
+    // TableIo verifies every page once, when it is read; the walk need not again.
+    let cursor =
+        table.table().indexes().get(index).map(|i| {
+            RangeCursor::new(&i.meta.tree, range, i.meta.is_sparse()).with_verified_pages()
+        });
+    futures::stream::try_unfold(
+        (table, cursor, ctx),
+        move |(table, cursor, ctx)| async move {
+            let mut cursor = cursor.ok_or_else(|| no_index(index))?;
+            let mut out = Vec::new();
+            while let Some(page_no) = cursor.next_page() {
+                let page = index_page(&table, index, page_no, &ctx).await?;
+                cursor
+                    .feed(&page, index_file(&table, index, page_no)?, &mut out)
+                    .map_err(to_df)?;
+                if !out.is_empty() {
+                    return Ok(Some((out, (table, Some(cursor), ctx))));
+                }
+            }
+            Ok(None)
+        },
+    )
+}
+
+/// Every value [`lookup_leaves`] finds, gathered.
+pub async fn lookup(
+    table: &Arc<TableIo>,
+    index: usize,
+    range: KeyRange,
+    ctx: &StepCtx,
+) -> Result<Vec<u64>> {
+    use futures::TryStreamExt;
+    let leaves = lookup_leaves(table.clone(), index, range, ctx.clone());
+    let parts: Vec<Vec<u64>> = leaves.try_collect().await?;
+    Ok(parts.concat())
+}
+
+/// Entries of the `index`-th index of `table` in `range`: its two bounds are looked up at
+/// the same time (entries up to the upper bound, plus entries from the lower bound, minus all
+/// entries), so a count costs one tree height of dependent reads.
+pub async fn count(table: &TableIo, index: usize, range: &KeyRange, ctx: &StepCtx) -> Result<u64> {
+    let tree = &table
+        .table()
+        .indexes()
+        .get(index)
+        .ok_or_else(|| no_index(index))?
+        .meta
+        .tree;
+    let up_to_upper = KeyRange {
+        lower: std::ops::Bound::Unbounded,
+        upper: range.upper.clone(),
+    };
+    let from_lower = KeyRange {
+        lower: range.lower.clone(),
+        upper: std::ops::Bound::Unbounded,
+    };
+    let walk = |r: KeyRange| async move {
+        let mut cursor = CountCursor::new(tree, &r);
+        while let Some(page_no) = cursor.next_page() {
+            let page = index_page(table, index, page_no, ctx).await?;
+            cursor
+                .feed(&page, index_file(table, index, page_no)?)
+                .map_err(to_df)?;
+        }
+        Ok::<_, DataFusionError>(cursor.count().unwrap_or(0))
+    };
+    let (upper, lower) = futures::try_join!(walk(up_to_upper), walk(from_lower))?;
+    Ok((upper + lower).saturating_sub(tree.entries))
+}
+
+/// Decodes columns `projection` of a heap page, keeping the rows at `slots` (all when None).
+pub fn decode_rows(
+    table: &TableIo,
+    page_no: u64,
+    page: &PageBuf,
+    projection: &[usize],
+    slots: Option<&[u16]>,
+) -> Result<RecordBatch> {
+    // TableIo verified the page when it arrived.
+    let file = table.heap_file(page_no);
+    let batch = table
+        .table()
+        .codec()
+        .decode(page, Some(projection), file, page_no)
+        .map_err(to_df)?;
+    match slots {
+        None => Ok(batch),
+        Some(slots) => {
+            if let Some(&bad) = slots.iter().find(|&&s| s as usize >= batch.num_rows()) {
+                return Err(to_df(StorageError::corrupted(
+                    file,
+                    Some(page_no),
+                    format!(
+                        "index points at slot {bad}, the page has {} rows",
+                        batch.num_rows()
+                    ),
+                )));
+            }
+            if slots.len() == batch.num_rows()
+                && slots.iter().enumerate().all(|(i, &s)| s as usize == i)
+            {
+                return Ok(batch);
+            }
+            let idx = UInt32Array::from_iter_values(slots.iter().map(|&s| s as u32));
+            Ok(take_record_batch(&batch, &idx)?)
+        }
+    }
+}
+
+/// Groups row ids by heap page, keeping pages in first-seen order.
+pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Vec<u16>)> {
+    let mut groups: Vec<(u64, Vec<u16>)> = Vec::new();
+    let mut index: std::collections::HashMap<u64, usize> = Default::default();
+    for &id in row_ids {
+        let r = RowId(id);
+        // Row ids of one key mostly come in page order: check the last group first.
+        if let Some(last) = groups.last_mut()
+            && last.0 == r.page()
+        {
+            last.1.push(r.slot());
+            continue;
+        }
+        match index.get(&r.page()) {
+            Some(&i) => groups[i].1.push(r.slot()),
+            None => {
+                index.insert(r.page(), groups.len());
+                groups.push((r.page(), vec![r.slot()]));
+            }
+        }
+    }
+    groups
+}
