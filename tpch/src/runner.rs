@@ -29,8 +29,15 @@ pub struct QueryRun {
     pub same_result: bool,
 }
 
-/// The rows of `batches` as sorted text (result order is not promised by ooode's joins).
+/// The rows of `batches` as sorted text (for results whose order no ORDER BY fixes).
 pub fn sorted_rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
+    let mut out = ordered_rows(batches)?;
+    out.sort();
+    Ok(out)
+}
+
+/// The rows of `batches` as text, in the order they came.
+pub fn ordered_rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for b in batches {
@@ -48,8 +55,44 @@ pub fn sorted_rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
             );
         }
     }
-    out.sort();
     Ok(out)
+}
+
+/// Whether a query's rows come in an order it fixes: its plan ends in a sort (under
+/// projections and limits).
+pub fn ordered_plan(plan: &datafusion::logical_expr::LogicalPlan) -> bool {
+    use datafusion::logical_expr::LogicalPlan;
+    match plan {
+        LogicalPlan::Sort(_) => true,
+        LogicalPlan::Projection(p) => ordered_plan(&p.input),
+        LogicalPlan::Limit(l) => ordered_plan(&l.input),
+        LogicalPlan::SubqueryAlias(a) => ordered_plan(&a.input),
+        _ => false,
+    }
+}
+
+/// Runs every `;`-separated statement of `sql`; returns the last one's rows as text: in the
+/// order they came when the query orders them (ORDER BY), else sorted.
+pub async fn query_rows(ctx: &SessionContext, sql: &str) -> Result<Vec<String>, BoxError> {
+    let statements: Vec<&str> = sql
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let Some((last, first)) = statements.split_last() else {
+        return Ok(Vec::new());
+    };
+    for stmt in first {
+        ctx.sql(stmt).await?.collect().await?;
+    }
+    let df = ctx.sql(last).await?;
+    let ordered = ordered_plan(df.logical_plan());
+    let batches = df.collect().await?;
+    if ordered {
+        ordered_rows(&batches)
+    } else {
+        sorted_rows(&batches)
+    }
 }
 
 /// Runs every `;`-separated statement of `sql`; returns the last one's batches.
@@ -61,16 +104,16 @@ pub async fn run_sql(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
     Ok(last)
 }
 
-/// Runs `sql` within `limit`: seconds and sorted result rows, or None (and no rows) when it ran
-/// past the limit.
+/// Runs `sql` within `limit`: seconds and result rows (see [`query_rows`]), or None (and no
+/// rows) when it ran past the limit.
 pub async fn timed_rows(
     ctx: &SessionContext,
     sql: &str,
     limit: std::time::Duration,
 ) -> Result<(Option<f64>, Vec<String>), BoxError> {
     let start = Instant::now();
-    match tokio::time::timeout(limit, run_sql(ctx, sql)).await {
-        Ok(batches) => Ok((Some(start.elapsed().as_secs_f64()), sorted_rows(&batches?)?)),
+    match tokio::time::timeout(limit, query_rows(ctx, sql)).await {
+        Ok(rows) => Ok((Some(start.elapsed().as_secs_f64()), rows?)),
         Err(_) => Ok((None, Vec::new())),
     }
 }
@@ -133,7 +176,7 @@ pub async fn hot_rows(
 pub struct Measured {
     /// Median seconds, None when a run went past the limit.
     pub secs: Option<f64>,
-    /// Sorted result rows of one run (hot: the last; cold: the first).
+    /// Result rows of one run (hot: the last; cold: the first), see [`query_rows`].
     pub rows: Vec<String>,
     /// Runs made, for per-run counts.
     pub runs: usize,

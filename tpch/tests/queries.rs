@@ -1,5 +1,6 @@
 //! All 22 TPC-H queries on ooode tables return the same rows as stock DataFusion on the Parquet
-//! copy, with the ooode rule never / always / auto and in both execution modes.
+//! copy, with the ooode rule never / always / auto and in both execution modes; rows of a
+//! query with ORDER BY in the same order.
 
 use std::path::Path;
 
@@ -7,13 +8,19 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use indicatif::ProgressBar;
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
-use ooode_tpch::runner::{run_sql, sorted_rows};
+use ooode_tpch::runner::{query_rows, run_sql, sorted_rows};
 use ooode_tpch::tables::TABLES;
 
 const SF: f64 = 0.01;
 
 fn rows(batches: &[RecordBatch]) -> Vec<String> {
     sorted_rows(batches).unwrap()
+}
+
+async fn result(ctx: &SessionContext, sql: &str) -> Vec<String> {
+    query_rows(ctx, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{sql}"))
 }
 
 async fn run(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
@@ -57,12 +64,12 @@ async fn tpch_results_match_stock_datafusion() {
     let mut index_plans = 0;
     for n in 1..=22 {
         let sql = query(n);
-        let want = rows(&run(&stock, &sql).await);
+        let want = result(&stock, &sql).await;
         for mode in ["out_of_order", "in_order"] {
             for rule in ["never", "always", "auto"] {
                 run(&ooode, &format!("SET ooode.execution_mode = '{mode}'")).await;
                 run(&ooode, &format!("SET ooode.index_join = '{rule}'")).await;
-                let got = rows(&run(&ooode, &sql).await);
+                let got = result(&ooode, &sql).await;
                 assert_eq!(
                     got, want,
                     "q{n} differs with ooode.index_join={rule}, execution_mode={mode}"
@@ -70,7 +77,7 @@ async fn tpch_results_match_stock_datafusion() {
                 if rule == "never" {
                     // Full scans of the heap pages instead of the Parquet copy.
                     run(&ooode, "SET ooode.columnar_scan = false").await;
-                    let heap = rows(&run(&ooode, &sql).await);
+                    let heap = result(&ooode, &sql).await;
                     run(&ooode, "SET ooode.columnar_scan = true").await;
                     assert_eq!(heap, want, "q{n} differs scanning heap pages, mode {mode}");
                 }
