@@ -110,3 +110,92 @@ fn errors_say_what_is_wrong() {
         }
     }
 }
+
+/// Runs `ooode` with `args`, writing its output to `out`; returns whether it succeeded and its
+/// peak resident memory in bytes (from the kernel's accounting of the child).
+fn ooode_peak_memory(args: &[&str], out: &Path) -> (bool, u64) {
+    let file = std::fs::File::create(out).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_ooode"))
+        .args(args)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("the ooode binary runs");
+    let mut status = 0;
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: the child is ours and not yet reaped; wait4 fills `status` and `usage`.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, usage.as_mut_ptr()) };
+    assert_eq!(pid, child.id() as i32, "wait4 failed");
+    // SAFETY: wait4 succeeded, so `usage` is filled.
+    let usage = unsafe { usage.assume_init() };
+    let exited_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    (exited_ok, usage.ru_maxrss as u64 * 1024)
+}
+
+/// An index join whose key matches a million rows of 200 bytes (200 MB of output), forced
+/// (`always`), under `--memory-limit 64M`: it streams, and the process stays far below the
+/// output's size (before ooode's memory was bounded it peaked at 1.47 GB), or it fails with
+/// DataFusion's resources-exhausted error; it never takes the process down.
+#[test]
+fn a_million_matches_under_a_64_mib_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (big, one) = (dir.path().join("big"), dir.path().join("one"));
+    let load = ooode(&[
+        "-q",
+        "-c",
+        &format!(
+            "COPY (SELECT 1 AS k, value AS id, repeat('x', 200) AS payload \
+             FROM generate_series(1, 1000000)) TO '{}' STORED AS OOODE \
+             OPTIONS ('ooode.clustering_key' 'id', 'ooode.indexes' 'k')",
+            big.display()
+        ),
+        "-c",
+        // The outer side has no index on k: the join can only probe `big`.
+        &format!(
+            "COPY (SELECT 1 AS c, 1 AS k) TO '{}' STORED AS OOODE \
+             OPTIONS ('ooode.clustering_key' 'c')",
+            one.display()
+        ),
+    ]);
+    assert!(load.status.success(), "{}", text(&load));
+    let out = dir.path().join("out.txt");
+    let (ok, peak) = ooode_peak_memory(
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "--memory-limit",
+            "64M",
+            "-c",
+            &format!(
+                "CREATE EXTERNAL TABLE big STORED AS OOODE LOCATION '{}'",
+                big.display()
+            ),
+            "-c",
+            &format!(
+                "CREATE EXTERNAL TABLE one STORED AS OOODE LOCATION '{}'",
+                one.display()
+            ),
+            "-c",
+            "SET ooode.index_join = 'always'",
+            "-c",
+            "EXPLAIN SELECT count(*) FROM one JOIN big ON one.k = big.k",
+            "-c",
+            "SELECT count(*) AS n, sum(length(payload)) AS bytes FROM one JOIN big ON one.k = big.k",
+        ],
+        &out,
+    );
+    let printed = std::fs::read_to_string(&out).unwrap();
+    eprintln!("peak resident memory {} MiB\n{printed}", peak >> 20);
+    assert!(printed.contains("IndexJoinExec"), "{printed}");
+    if ok {
+        assert!(printed.contains("1000000,200000000"), "{printed}");
+    } else {
+        assert!(printed.contains("Resources exhausted"), "{printed}");
+    }
+    assert!(
+        peak < 320 << 20,
+        "peak resident memory {} MiB under a 64 MiB limit",
+        peak >> 20
+    );
+}

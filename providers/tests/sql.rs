@@ -315,3 +315,99 @@ async fn small_index_scans_read_ahead_while_planning() {
         }
     }
 }
+
+/// `ooode.*` settings are DataFusion settings like any other: SHOW and information_schema list
+/// them, under their prefix; runtime-wide ones (the buffer pool's size) take effect at the next
+/// query; contexts with runtimes of their own share nothing; a memory limit bounds the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_are_visible_and_take_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ooode_providers::ooode_context(SessionConfig::new().with_information_schema(true));
+    let shown = sql(&ctx, "SHOW ooode.execution_mode").await.unwrap();
+    assert!(
+        shown.contains("| ooode.execution_mode | out_of_order |"),
+        "{shown}"
+    );
+    sql(&ctx, "SET ooode.execution_mode = 'in_order'")
+        .await
+        .unwrap();
+    let shown = sql(&ctx, "SHOW ooode.execution_mode").await.unwrap();
+    assert!(shown.contains("in_order"), "{shown}");
+    let listed = sql(
+        &ctx,
+        "SELECT name FROM information_schema.df_settings WHERE name LIKE 'ooode.%' ORDER BY name",
+    )
+    .await
+    .unwrap();
+    for name in [
+        "ooode.buffer_pool_bytes",
+        "ooode.buffer_pool_memory_fraction",
+        "ooode.columnar_scan",
+        "ooode.direct_io",
+        "ooode.execution_mode",
+        "ooode.index_cost_ratio",
+        "ooode.index_join",
+        "ooode.max_outstanding_io",
+        "ooode.max_outstanding_io_total",
+    ] {
+        assert!(listed.contains(name), "{name} missing from\n{listed}");
+    }
+    let err = sql(&ctx, "SET ooode.buffer_pool_bytes = 'lots'")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ooode.buffer_pool_bytes") && err.contains("lots"),
+        "{err}"
+    );
+
+    sql(
+        &ctx,
+        "CREATE TABLE src AS SELECT value AS id FROM generate_series(1, 100)",
+    )
+    .await
+    .unwrap();
+    copy_src_to_t(&ctx, dir.path(), "'ooode.clustering_key' 'id'").await;
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    for (setting, bytes) in [("1MiB", 1 << 20), ("3MiB", 3 << 20)] {
+        sql(&ctx, &format!("SET ooode.buffer_pool_bytes = '{setting}'"))
+            .await
+            .unwrap();
+        sql(&ctx, "SELECT count(*) FROM t WHERE id = 5")
+            .await
+            .unwrap();
+        assert_eq!(runtime.pool().budget(), bytes, "after SET {setting}");
+    }
+
+    // Another context, another runtime: its pool and budget are its own.
+    let other = ooode_providers::ooode_context(SessionConfig::new());
+    let other_runtime = ooode_providers::ooode_runtime(&other);
+    assert!(!Arc::ptr_eq(&runtime, &other_runtime));
+    assert_ne!(other_runtime.pool().budget(), 3 << 20);
+
+    // Under a memory limit the pool takes at most its share of it.
+    let env = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_limit(8 << 20, 1.0)
+        .build_arc()
+        .unwrap();
+    let builder = datafusion::execution::SessionStateBuilder::new()
+        .with_default_features()
+        .with_runtime_env(env);
+    let limited = SessionContext::new_with_state(ooode_providers::with_ooode(builder).build());
+    sql(
+        &limited,
+        &format!(
+            "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+            dir.path().join("t").display()
+        ),
+    )
+    .await
+    .unwrap();
+    sql(&limited, "SELECT count(*) FROM t WHERE id = 5")
+        .await
+        .unwrap();
+    assert_eq!(
+        ooode_providers::ooode_runtime(&limited).pool().budget(),
+        4 << 20
+    );
+}

@@ -59,6 +59,9 @@ async fn run_cold(ctx: &SessionContext, n: u64) -> (String, Arc<QueryIo>, usize)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fig4_keeps_many_reads_in_flight_only_out_of_order() {
+    if let Err(why) = ooode::io::uring_available() {
+        panic!("this test needs io_uring, which is not available here: {why}");
+    }
     let dir = tempfile::tempdir().unwrap();
     let data = DataSet::new(dir.path(), 0.1);
     let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));

@@ -5,3 +5,6 @@ mod output;
 mod stream;
 
 pub use exec::{IndexJoinBuilder, IndexJoinExec, IndexJoinKind, InnerSide};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+//! The index join against DataFusion's hash join on the same rows: every kind, with and
+//! without a join filter, NULL keys on both sides, duplicate keys on both sides, an empty
+//! outer side, keys without matches; through a dense and a sparse (clustering) index; and a
+//! key with thousands of matches streamed in batches of at most the batch size.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::common::{JoinSide, JoinType, NullEquality, Result};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::UnboundedMemoryPool;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+use datafusion::physical_plan::joins::utils::{ColumnIndex, JoinFilter};
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::SessionConfig;
+
+use super::{IndexJoinExec, IndexJoinKind, InnerSide};
+use crate::access::{OoodeRuntime, QueryIo};
+use crate::config::{ExecutionMode, OoodeConfig};
+use crate::storage::{LoadOptions, load_batches};
+
+/// Inner rows: id 0..n (clustering key), k = id % 7 (NULL for every 10th row), w = id.
+fn inner_batch(n: i64) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("k", DataType::Int64, true),
+        Field::new("w", DataType::Int64, false),
+        Field::new("s", DataType::Utf8, false),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..n)),
+            Arc::new(Int64Array::from_iter(
+                (0..n).map(|i| (i % 10 != 0).then_some(i % 7)),
+            )),
+            Arc::new(Int64Array::from_iter_values(0..n)),
+            Arc::new(StringArray::from_iter_values(
+                (0..n).map(|i| format!("row {i}")),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+/// Outer rows: keys with duplicates, NULLs, and keys the inner side lacks (7, 8, 5000).
+fn outer_batches() -> Vec<RecordBatch> {
+    let schema = outer_schema();
+    let keys = [
+        vec![Some(1), Some(1), None, Some(3), Some(7), Some(0)],
+        vec![Some(8), Some(3), Some(3), None, Some(5000), Some(2)],
+    ];
+    keys.iter()
+        .enumerate()
+        .map(|(b, keys)| {
+            let n = keys.len() as i64;
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(keys.clone())),
+                    Arc::new(Int64Array::from_iter_values(
+                        (0..n).map(|i| (b as i64 * 6 + i) * 37),
+                    )),
+                ],
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+fn outer_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("ok", DataType::Int64, true),
+        Field::new("x", DataType::Int64, false),
+    ]))
+}
+
+fn text_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
+        for r in 0..b.num_rows() {
+            let row: Vec<String> = fmts.iter().map(|f| f.value(r).to_string()).collect();
+            out.push(row.join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `outer.x < inner.w` (outer on the left of the hash join).
+fn filter(inner_schema: &SchemaRef) -> JoinFilter {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("x", DataType::Int64, false),
+        Field::new("w", DataType::Int64, false),
+    ]));
+    let expr: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+        Arc::new(Column::new("x", 0)),
+        Operator::Lt,
+        Arc::new(Column::new("w", 1)),
+    ));
+    let w = inner_schema.index_of("w").unwrap();
+    JoinFilter::new(
+        expr,
+        vec![
+            ColumnIndex {
+                index: 1,
+                side: JoinSide::Left,
+            },
+            ColumnIndex {
+                index: w,
+                side: JoinSide::Right,
+            },
+        ],
+        schema,
+    )
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    inner: RecordBatch,
+    runtime: Arc<OoodeRuntime>,
+    table: Arc<crate::access::TableIo>,
+}
+
+fn fixture(rows: i64) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = inner_batch(rows);
+    let options = LoadOptions {
+        clustering_key: vec!["id".into()],
+        indexes: vec![vec!["k".into()]],
+        ..Default::default()
+    };
+    let path = dir.path().join("t");
+    load_batches(
+        &path,
+        inner.schema(),
+        [Ok::<_, String>(inner.clone())],
+        options,
+    )
+    .unwrap();
+    let runtime = Arc::new(OoodeRuntime::new(Arc::new(UnboundedMemoryPool::default())));
+    let table = runtime
+        .table(&path, ExecutionMode::OutOfOrder, false)
+        .unwrap();
+    Fixture {
+        _dir: dir,
+        inner,
+        runtime,
+        table,
+    }
+}
+
+fn task(batch_size: usize) -> Arc<TaskContext> {
+    Arc::new(
+        TaskContext::default()
+            .with_session_config(SessionConfig::new().with_batch_size(batch_size)),
+    )
+}
+
+/// The index join over `index` (keyed by the inner column `key`) and the hash join of the same
+/// rows; returns both results.
+async fn both(
+    f: &Fixture,
+    outer: Vec<RecordBatch>,
+    key: &str,
+    kind: IndexJoinKind,
+    with_filter: bool,
+    batch_size: usize,
+) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+    let t = f.table.table();
+    let index = t
+        .indexes()
+        .iter()
+        .position(|i| i.meta.columns[0] == key)
+        .unwrap();
+    let inner_schema = f.inner.schema();
+    let outer_exec = || {
+        MemorySourceConfig::try_new_exec(&[outer.clone()], outer_schema(), None).unwrap()
+            as Arc<dyn ExecutionPlan>
+    };
+    let join_filter = with_filter.then(|| filter(&inner_schema));
+    let query = QueryIo::new(&f.runtime, &OoodeConfig::default());
+    let inner = Arc::new(InnerSide::try_new(
+        f.table.clone(),
+        "t",
+        index,
+        1,
+        (0..inner_schema.fields().len()).collect(),
+        None,
+        None,
+    )?);
+    let index_join = IndexJoinExec::builder(
+        outer_exec(),
+        vec![Arc::new(Column::new("ok", 0))],
+        inner,
+        query,
+    )
+    .kind(kind)
+    .filter(join_filter.clone(), JoinSide::Left)
+    .build()?;
+    let got = collect(Arc::new(index_join), task(batch_size)).await?;
+    let join_type = match kind {
+        IndexJoinKind::Inner => JoinType::Inner,
+        IndexJoinKind::LeftOuter => JoinType::Left,
+        IndexJoinKind::Semi => JoinType::LeftSemi,
+        IndexJoinKind::Anti => JoinType::LeftAnti,
+    };
+    let inner_exec =
+        MemorySourceConfig::try_new_exec(&[vec![f.inner.clone()]], inner_schema.clone(), None)?;
+    let on = vec![(
+        Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>,
+        Arc::new(Column::new(key, inner_schema.index_of(key)?)) as Arc<dyn PhysicalExpr>,
+    )];
+    let hash = HashJoinExec::try_new(
+        outer_exec(),
+        inner_exec,
+        on,
+        join_filter,
+        &join_type,
+        None,
+        PartitionMode::CollectLeft,
+        NullEquality::NullEqualsNothing,
+        false,
+    )?;
+    let want = collect(Arc::new(hash), task(batch_size)).await?;
+    Ok((got, want))
+}
+
+const KINDS: [IndexJoinKind; 4] = [
+    IndexJoinKind::Inner,
+    IndexJoinKind::LeftOuter,
+    IndexJoinKind::Semi,
+    IndexJoinKind::Anti,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_matches_the_hash_join() {
+    let f = fixture(3000);
+    for key in ["k", "id"] {
+        for kind in KINDS {
+            for with_filter in [false, true] {
+                for outer in [
+                    outer_batches(),
+                    vec![],
+                    vec![RecordBatch::new_empty(outer_schema())],
+                ] {
+                    let empty = outer.iter().all(|b| b.num_rows() == 0);
+                    let (got, want) = both(&f, outer, key, kind, with_filter, 8192).await.unwrap();
+                    assert_eq!(
+                        text_rows(&got),
+                        text_rows(&want),
+                        "{kind:?} on {key}, filter {with_filter}, empty outer {empty}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_matches_stream_in_batches_of_the_batch_size() {
+    // 20,000 inner rows: each k holds about 2,600 of them.
+    let f = fixture(20_000);
+    for kind in [IndexJoinKind::Inner, IndexJoinKind::LeftOuter] {
+        let (got, want) = both(&f, outer_batches(), "k", kind, false, 100)
+            .await
+            .unwrap();
+        assert!(
+            got.iter().all(|b| b.num_rows() <= 100),
+            "{kind:?}: a batch of {} rows",
+            got.iter().map(|b| b.num_rows()).max().unwrap_or(0)
+        );
+        assert!(got.len() > 100, "{kind:?}: {} batches", got.len());
+        assert_eq!(text_rows(&got), text_rows(&want), "{kind:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_inner_table_matches_nothing() {
+    let f = fixture(0);
+    for kind in KINDS {
+        let (got, want) = both(&f, outer_batches(), "k", kind, false, 8192)
+            .await
+            .unwrap();
+        assert_eq!(text_rows(&got), text_rows(&want), "{kind:?}");
+    }
+}

@@ -1,0 +1,321 @@
+//! Many queries at once on one runtime, and cancellation with reads in flight.
+//!
+//! - 32 sessions sharing one `RuntimeEnv` (as a service's sessions do) run a mixed stream of
+//!   queries (the Fig. 4 chain at random N, point lookups, TPC-H queries; index plans always or
+//!   auto, out of order or in order) over a buffer pool far smaller than the data, under a
+//!   DataFusion memory limit: every result equals stock DataFusion's, all finish in bounded
+//!   time, and the process's memory stays bounded.
+//! - A query cancelled while its reads are in flight (cold pool, the query's in-flight gauge
+//!   above zero when its stream is dropped) leaves nothing behind: every gauge back to zero,
+//!   every permit returned, no loading entry in the pool, no memory reserved; the next query
+//!   runs.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use futures::StreamExt;
+use indicatif::ProgressBar;
+use ooode::access::QueryIo;
+use ooode::exec::{IndexJoinExec, IndexScanExec};
+use ooode_tpch::datagen::{DataSet, load_options, load_table};
+use ooode_tpch::fig4::fig4_sql;
+use ooode_tpch::runner::{query_rows, run_sql};
+use ooode_tpch::tables::TABLES;
+
+fn load(dir: &Path) -> DataSet {
+    let data = DataSet::new(dir, 0.01);
+    for t in &TABLES {
+        load_table(&data, t, load_options(t), &ProgressBar::hidden()).unwrap();
+    }
+    data
+}
+
+async fn register(ctx: &SessionContext, data: &DataSet) {
+    for t in &TABLES {
+        let sql = format!(
+            "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{}'",
+            t.name,
+            data.ooode_table(t.name).display()
+        );
+        run_sql(ctx, &sql).await.unwrap();
+    }
+}
+
+async fn stock(data: &DataSet) -> SessionContext {
+    let ctx = SessionContext::new();
+    for t in &TABLES {
+        ctx.register_parquet(
+            t.name,
+            data.parquet_file(t.name).to_str().unwrap(),
+            ParquetReadOptions::default(),
+        )
+        .await
+        .unwrap();
+    }
+    ctx
+}
+
+/// A session of ooode on `env`.
+fn session(env: &Arc<RuntimeEnv>) -> SessionContext {
+    let builder = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(SessionConfig::new().with_target_partitions(2))
+        .with_runtime_env(env.clone());
+    SessionContext::new_with_state(ooode_providers::with_ooode(builder).build())
+}
+
+/// Resident memory of this process now, in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn tpch_query(n: usize) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("queries/q{n}.sql"));
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// A deterministic pseudo-random sequence.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+const SESSIONS: usize = 32;
+const QUERIES_PER_SESSION: usize = 4;
+const MEMORY_LIMIT: usize = 256 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = load(dir.path());
+    let stock = stock(&data).await;
+    let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(MEMORY_LIMIT));
+    let env = RuntimeEnvBuilder::new()
+        .with_memory_pool(pool.clone())
+        .build_arc()
+        .unwrap();
+
+    // Each session's queries and settings; expected rows from stock DataFusion.
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let tpch = [3, 5, 10, 12, 18];
+    let mut plans = Vec::new();
+    for s in 0..SESSIONS {
+        let mut queries = Vec::new();
+        for _ in 0..QUERIES_PER_SESSION {
+            let sql = match rng.next(3) {
+                0 => fig4_sql(1 + rng.next(150)),
+                1 => format!(
+                    "SELECT o_orderkey, o_totalprice, o_orderdate FROM orders \
+                     WHERE o_orderkey = {} ORDER BY o_orderkey",
+                    1 + 4 * rng.next(15_000)
+                ),
+                _ => tpch_query(tpch[rng.next(tpch.len() as u64) as usize]),
+            };
+            queries.push(sql);
+        }
+        let settings = [
+            format!(
+                "SET ooode.index_join = '{}'",
+                if s % 2 == 0 { "always" } else { "auto" }
+            ),
+            format!(
+                "SET ooode.execution_mode = '{}'",
+                if s % 8 == 7 {
+                    "in_order"
+                } else {
+                    "out_of_order"
+                }
+            ),
+            // Far smaller than the data (about 20 MiB of heap and index pages).
+            "SET ooode.buffer_pool_bytes = '2MiB'".to_string(),
+            "SET ooode.max_outstanding_io = 64".to_string(),
+            "SET ooode.max_outstanding_io_total = 512".to_string(),
+        ];
+        plans.push((settings, queries));
+    }
+    let mut expected = std::collections::HashMap::new();
+    for (_, queries) in &plans {
+        for q in queries {
+            if !expected.contains_key(q) {
+                expected.insert(q.clone(), query_rows(&stock, q).await.unwrap());
+            }
+        }
+    }
+    let expected = Arc::new(expected);
+
+    // Resident memory, sampled while the sessions run.
+    let before = rss();
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(before));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(rss(), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, (settings, queries)) in plans.into_iter().enumerate() {
+        let ctx = session(&env);
+        register(&ctx, &data).await;
+        let expected = expected.clone();
+        tasks.push(tokio::spawn(async move {
+            for s in &settings {
+                run_sql(&ctx, s).await.unwrap();
+            }
+            let mut longest = Duration::ZERO;
+            for q in queries {
+                let t = Instant::now();
+                let rows = tokio::time::timeout(Duration::from_secs(240), query_rows(&ctx, &q))
+                    .await
+                    .unwrap_or_else(|_| panic!("session {i}: a query ran past 240 s: {q}"))
+                    .unwrap_or_else(|e| panic!("session {i}: {e}\n{q}"));
+                assert_eq!(&rows, &expected[&q], "session {i} ({settings:?}): {q}");
+                longest = longest.max(t.elapsed());
+            }
+            longest
+        }));
+    }
+    let mut longest = Duration::ZERO;
+    for t in tasks {
+        longest = longest.max(t.await.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    let runtime = ooode::access::OoodeRuntime::for_env(&env);
+    eprintln!(
+        "{} queries in {:.1} s (longest {:.2} s); resident memory {} MiB before, peak {} MiB; \
+         pool {:?}",
+        SESSIONS * QUERIES_PER_SESSION,
+        started.elapsed().as_secs_f64(),
+        longest.as_secs_f64(),
+        before >> 20,
+        peak >> 20,
+        runtime.pool().stats()
+    );
+    assert!(runtime.pool().stats().used_bytes <= 2 << 20);
+    // The memory limit bounds what queries and the pool reserve; what else the process holds
+    // (code, DataFusion's own buffers outside the pool) stays far below another such limit.
+    assert!(
+        peak.saturating_sub(before) <= 2 * MEMORY_LIMIT as u64,
+        "resident memory grew by {} MiB",
+        (peak - before) >> 20
+    );
+    assert_eq!(runtime.admission().in_use(), 0);
+    assert_eq!(runtime.admission().waiting(), 0);
+    assert_eq!(
+        pool.reserved() as u64,
+        runtime.pool().stats().reserved_bytes,
+        "only the buffer pool still holds memory"
+    );
+}
+
+fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
+    if let Some(j) = plan.downcast_ref::<IndexJoinExec>() {
+        return Some(j.query().clone());
+    }
+    if let Some(s) = plan.downcast_ref::<IndexScanExec>() {
+        return Some(s.query().clone());
+    }
+    plan.children().into_iter().find_map(query_io)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = load(dir.path());
+    let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+    let env = RuntimeEnvBuilder::new()
+        .with_memory_pool(pool.clone())
+        .build_arc()
+        .unwrap();
+    let ctx = session(&env);
+    register(&ctx, &data).await;
+    run_sql(&ctx, "SET ooode.index_join = 'always'")
+        .await
+        .unwrap();
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    let sql =
+        "SELECT * FROM orders JOIN lineitem ON o_orderkey = l_orderkey WHERE o_custkey < 1000";
+    let want = query_rows(&stock(&data).await, sql).await.unwrap();
+    for round in 0..3 {
+        runtime.pool().clear();
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let query = query_io(&plan).expect("an index plan");
+        let mut stream = execute_stream(plan, ctx.task_ctx()).unwrap();
+        // Take batches until reads are in flight at the moment of cancelling.
+        let mut in_flight = 0;
+        for _ in 0..10_000 {
+            let batch = stream.next().await.expect("rows").unwrap();
+            assert!(batch.num_rows() > 0);
+            in_flight = query.metrics.snapshot().in_flight;
+            if in_flight > 0 {
+                break;
+            }
+        }
+        assert!(in_flight > 0, "round {round}: never saw a read in flight");
+        drop(stream);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let engines = runtime.engines();
+        let idle = || {
+            query.metrics.snapshot().in_flight == 0
+                && query.permits_in_use() == 0
+                && runtime.admission().in_use() == 0
+                && runtime.admission().waiting() == 0
+                && runtime.pool().stats().loading == 0
+                && engines
+                    .iter()
+                    .all(|e| e.metrics().snapshot().in_flight == 0)
+                && pool.reserved() as u64 == runtime.pool().stats().reserved_bytes
+        };
+        while !idle() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            idle(),
+            "round {round}: the cancelled query left state behind: query {:?}, permits {}, \
+             admission {}/{}, pool {:?}, memory reserved {} (pool's {})",
+            query.metrics.snapshot(),
+            query.permits_in_use(),
+            runtime.admission().in_use(),
+            runtime.admission().waiting(),
+            runtime.pool().stats(),
+            pool.reserved(),
+            runtime.pool().stats().reserved_bytes
+        );
+        eprintln!(
+            "round {round}: cancelled with {in_flight} reads in flight; pool {:?}",
+            runtime.pool().stats()
+        );
+    }
+    // The next query runs, and right.
+    runtime.pool().clear();
+    assert_eq!(query_rows(&ctx, sql).await.unwrap(), want);
+}
