@@ -115,6 +115,8 @@ fn errors_say_what_is_wrong() {
 /// peak resident memory in bytes (from the kernel's accounting of the child).
 fn ooode_peak_memory(args: &[&str], out: &Path) -> (bool, u64) {
     let file = std::fs::File::create(out).unwrap();
+    // Reaped by wait4 below (for its resource usage), not by Child::wait.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(env!("CARGO_BIN_EXE_ooode"))
         .args(args)
         .stdout(file.try_clone().unwrap())

@@ -187,8 +187,8 @@ async fn both(
         .unwrap();
     let inner_schema = f.inner.schema();
     let outer_exec = || {
-        MemorySourceConfig::try_new_exec(&[outer.clone()], outer_schema(), None).unwrap()
-            as Arc<dyn ExecutionPlan>
+        MemorySourceConfig::try_new_exec(std::slice::from_ref(&outer), outer_schema(), None)
+            .unwrap() as Arc<dyn ExecutionPlan>
     };
     let join_filter = with_filter.then(|| filter(&inner_schema));
     let query = QueryIo::new(&f.runtime, &OoodeConfig::default());
