@@ -274,3 +274,13 @@ pub fn format_points(points: &[Fig4Point]) -> String {
     }
     out
 }
+
+/// Reads per second of each engine's cold runs (pages read / seconds), per N: the in-order
+/// figure is the baseline's, to set next to fio at depth 1.
+pub fn cold_iops(points: &[Fig4Point], engine: &str) -> Vec<(u64, f64)> {
+    points
+        .iter()
+        .filter(|p| p.engine == engine && p.cache == "cold")
+        .filter_map(|p| Some((p.n, p.pages_read? as f64 / p.secs?)))
+        .collect()
+}

@@ -1,6 +1,8 @@
 //! The main job (`ooode-tpch run`): data if missing, then the 22 TPC-H queries, the Fig. 4
-//! sweep and Q3'...Q17' on every engine, the machine's facts, the tables on the terminal and
-//! the JSON and SVG files. Any result that differs from stock DataFusion fails the run.
+//! sweep and Q3'...Q17' on every engine, the runtime's ceiling, fresh processes' first
+//! queries, many clients at once, the engines next to fio, the machine's facts, the tables on
+//! the terminal and the JSON and SVG files. Any result that differs from stock DataFusion
+//! fails the run.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,6 +56,18 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         crate::report::fio_summary(&machine),
     );
 
+    let qd1 = machine.fio_iops_qd1.unwrap_or(f64::NAN);
+    for (engine, label) in [
+        ("ooode in_order", "in order"),
+        ("ooode out_of_order", "out of order"),
+    ] {
+        let iops: Vec<String> = crate::fig4::cold_iops(&fig4.points, engine)
+            .iter()
+            .map(|(n, iops)| format!("N={n} {iops:.0} ({:.0} % of fio QD1)", iops / qd1 * 100.0))
+            .collect();
+        println!("{label}, cold, reads per second: {}", iops.join(", "));
+    }
+
     eprintln!("== Q3' ... Q17': out of order vs in order vs DataFusion, cold / hot / cross");
     let paper_queries = crate::paper::load_queries(&queries.join("paper"), sf)?;
     let paper = runtime.block_on(crate::paper::run(data, &paper_queries, limit))?;
@@ -67,6 +81,42 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         );
     }
 
+    let customers_all = crate::tables::expected_rows("customer", sf).unwrap_or(150_000);
+    eprintln!("== The runtime's ceiling: Fig. 4 at 10 % with pages from the OS cache");
+    let ceiling = runtime.block_on(crate::ceiling::run(data, customers_all / 10))?;
+    println!(
+        "\nThe runtime's ceiling, SF {sf}:\n{}",
+        crate::ceiling::format_report(&ceiling)
+    );
+    eprintln!("== First queries of fresh processes");
+    let fresh = crate::fresh::run(data, (customers_all / 10_000).max(1), 5)?;
+    println!(
+        "First query of a fresh process (caches dropped), Fig. 4 at N = {}, medians of {} \
+         processes:\n{}",
+        fresh.n,
+        fresh.processes,
+        crate::fresh::format_report(&fresh)
+    );
+    eprintln!("== Many clients at once");
+    let clients = [1, 4, 16, 64];
+    let concurrency = runtime.block_on(crate::concurrency::run(data, &clients, 10.0))?;
+    println!(
+        "\nClients at once, SF {sf}, 10 s each from a cold start (ooode auto, one runtime; \
+         stock DataFusion on Parquet):\n{}",
+        crate::concurrency::format_report(&concurrency, machine.fio_iops_qd64)
+    );
+    eprintln!("== Engines next to fio, random 8 KiB reads, depth 1 and 64");
+    let iobench = runtime.block_on(crate::iobench::run(&crate::iobench::IoBenchOptions {
+        file: heap.clone(),
+        page_size: 8192,
+        depths: vec![1, 64],
+        secs: 3.0,
+    }))?;
+    println!(
+        "\nEngines next to fio, random 8 KiB O_DIRECT reads of the lineitem heap:\n{}",
+        crate::iobench::format_points(&iobench)
+    );
+
     println!(
         "\nMachine: {} cores, {:.1} GiB",
         machine.cores,
@@ -79,6 +129,10 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         tpch,
         fig4,
         paper,
+        ceiling,
+        fresh,
+        concurrency,
+        iobench,
     };
     for f in crate::report::write(&report, out)? {
         println!("wrote {f}");
@@ -92,6 +146,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         .collect();
     bad.extend(crate::fig4::mismatches(&report.fig4.points));
     bad.extend(crate::paper::mismatches(&report.paper));
+    bad.extend(report.concurrency.mismatches.iter().cloned());
     if !bad.is_empty() {
         return Err(format!(
             "RESULTS DIFFER from stock DataFusion:\n  {}",

@@ -91,6 +91,57 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Many clients at once, each a stream of selective queries for a fixed time from a cold
+    /// start: ooode vs stock DataFusion on Parquet (queries per second, latency, device IOPS).
+    Concurrency {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Client counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        clients: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Also write the measurements as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The runtime's ceiling: the Fig. 4 query with pages from the OS cache (CPU per page),
+    /// and hot out of order vs in order.
+    Ceiling {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Customers selected (default: 10 % of them).
+        #[arg(long)]
+        n: Option<u64>,
+    },
+    /// The first query of fresh processes (this program, run again per measurement): ooode vs
+    /// stock DataFusion.
+    Fresh {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Customers selected.
+        #[arg(long, default_value_t = 15)]
+        n: u64,
+        /// Processes per engine.
+        #[arg(long, default_value_t = 5)]
+        processes: usize,
+    },
+    /// One fresh process's first query (used by `fresh`); prints one JSON line.
+    #[command(hide = true)]
+    FirstQuery {
+        #[arg(long)]
+        sf: f64,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        engine: String,
+        #[arg(long)]
+        n: u64,
+    },
     /// Print ooode's plan (EXPLAIN, or EXPLAIN ANALYZE) of one TPC-H query.
     Explain {
         /// Scale factor.
@@ -212,6 +263,57 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             if let Some(path) = json {
                 std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
             }
+        }
+        Command::Concurrency {
+            sf,
+            clients,
+            seconds,
+            json,
+        } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let heap = data.ooode_table("lineitem").join("heap.0.pages");
+            let fio = ooode_tpch::report::machine_facts(&heap, 8192);
+            let report =
+                runtime.block_on(ooode_tpch::concurrency::run(&data, &clients, seconds))?;
+            println!(
+                "Clients at once, TPC-H SF {sf}, {seconds} s each, cold start:\n{}",
+                ooode_tpch::concurrency::format_report(&report, fio.fio_iops_qd64)
+            );
+            if let Some(path) = json {
+                std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+            }
+            if !report.mismatches.is_empty() {
+                return Err(format!("RESULTS DIFFER: {:?}", report.mismatches).into());
+            }
+        }
+        Command::Ceiling { sf, n } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let customers = ooode_tpch::tables::expected_rows("customer", sf).unwrap_or(150_000);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let report =
+                runtime.block_on(ooode_tpch::ceiling::run(&data, n.unwrap_or(customers / 10)))?;
+            println!("{}", ooode_tpch::ceiling::format_report(&report));
+        }
+        Command::Fresh { sf, n, processes } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let report = ooode_tpch::fresh::run(&data, n, processes)?;
+            println!("{}", ooode_tpch::fresh::format_report(&report));
+        }
+        Command::FirstQuery { sf, dir, engine, n } => {
+            let data = DataSet::new(dir, sf);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let m = runtime.block_on(ooode_tpch::fresh::measure_here(&data, &engine, n))?;
+            println!("{}", serde_json::to_string(&m)?);
         }
         Command::Explain {
             sf,

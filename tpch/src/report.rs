@@ -79,6 +79,14 @@ pub struct RunReport {
     pub fig4: Fig4Report,
     /// Q3' ... Q17'.
     pub paper: PaperReport,
+    /// The Fig. 4 query with pages from the OS cache (CPU per page), and hot.
+    pub ceiling: crate::ceiling::CeilingReport,
+    /// First queries of fresh processes.
+    pub fresh: crate::fresh::FreshReport,
+    /// Many clients at once.
+    pub concurrency: crate::concurrency::ConcurrencyReport,
+    /// Random page reads through the engines next to fio (depth 1 and 64).
+    pub iobench: Vec<crate::iobench::IoPoint>,
 }
 
 /// Writes `report.json` and the plots into `dir`; returns the files written.
@@ -101,6 +109,10 @@ pub fn write(report: &RunReport, dir: &Path) -> Result<Vec<String>, BoxError> {
     let (iops, cpu) = fig8_9(&report.paper.io_samples);
     put("fig8_iops_over_time.svg", iops)?;
     put("fig9_cpu_over_time.svg", cpu)?;
+    let fio64 = report.machine.fio_iops_qd64;
+    for (name, svg) in concurrency_plots(&report.concurrency, fio64) {
+        put(name, svg)?;
+    }
     Ok(written)
 }
 
@@ -201,4 +213,92 @@ fn fig8_9(samples: &[ooode::io::Sample]) -> (String, String) {
             s.cpu_percent
         }),
     )
+}
+
+/// Queries per second, p99 latency and device IOPS against the number of clients, ooode next to
+/// stock DataFusion (and fio at depth 64 on the IOPS plot).
+fn concurrency_plots(
+    r: &crate::concurrency::ConcurrencyReport,
+    fio_qd64: Option<f64>,
+) -> Vec<(&'static str, String)> {
+    let engines = ["ooode", "datafusion parquet"];
+    let series = |f: &dyn Fn(&crate::concurrency::ConcurrencyPoint) -> f64| -> Vec<Series> {
+        engines
+            .iter()
+            .map(|e| Series {
+                name: e.to_string(),
+                points: r
+                    .points
+                    .iter()
+                    .filter(|p| p.engine == *e && p.workload == "mixed")
+                    .map(|p| (p.clients as f64, f(p)))
+                    .collect(),
+            })
+            .collect()
+    };
+    let clients = Axis {
+        label: "clients",
+        log: true,
+    };
+    let mut iops = series(&|p| p.device_iops);
+    if let Some(f) = fio_qd64 {
+        let xs: Vec<f64> = iops
+            .first()
+            .map(|s| s.points.iter().map(|p| p.0).collect())
+            .unwrap_or_default();
+        iops.push(Series {
+            name: "fio, depth 64".into(),
+            points: xs.into_iter().map(|x| (x, f)).collect(),
+        });
+    }
+    let mut latency = series(&|p| p.p99_ms);
+    latency.extend(engines.iter().map(|e| {
+        Series {
+            name: format!("{e}, point lookups"),
+            points: r
+                .points
+                .iter()
+                .filter(|p| p.engine == *e && p.workload == "mixed")
+                .map(|p| (p.clients as f64, p.point_p99_ms))
+                .collect(),
+        }
+    }));
+    vec![
+        (
+            "concurrency_queries_per_second.svg",
+            line_chart(
+                "Selective queries, many clients: throughput (cold start)",
+                clients,
+                Axis {
+                    label: "queries per second",
+                    log: true,
+                },
+                &series(&|p| p.qps),
+            ),
+        ),
+        (
+            "concurrency_p99_latency.svg",
+            line_chart(
+                "Selective queries, many clients: p99 latency",
+                clients,
+                Axis {
+                    label: "milliseconds",
+                    log: true,
+                },
+                &latency,
+            ),
+        ),
+        (
+            "concurrency_device_iops.svg",
+            line_chart(
+                "Selective queries, many clients: device reads per second",
+                clients,
+                Axis {
+                    label: "reads per second",
+                    log: true,
+                },
+                &iops,
+            ),
+        ),
+    ]
 }

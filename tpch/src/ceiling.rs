@@ -1,0 +1,112 @@
+//! The runtime's own ceiling: the Fig. 4 query at its largest point with every page coming from
+//! the OS page cache (`ooode.direct_io = false`, the cache warm, ooode's pool emptied), so the
+//! disk is out of the way and what is left is ooode's CPU per page; and the same query hot
+//! (all pages in the pool), out of order next to in order.
+
+use std::time::{Duration, Instant};
+
+use ooode::io::metrics::process_cpu_time;
+
+use crate::datagen::DataSet;
+use crate::fig4::fig4_sql;
+use crate::runner::{contexts, run_sql, timed_rows};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the ceiling run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CeilingReport {
+    /// Customers selected.
+    pub n: u64,
+    /// Pages read per run (from the OS cache).
+    pub pages: u64,
+    /// Seconds per run (median).
+    pub secs: f64,
+    /// Pages per second.
+    pub pages_per_sec: f64,
+    /// Process CPU per page, microseconds (user and system, all threads).
+    pub cpu_us_per_page: f64,
+    /// Hot (pages in the pool), out of order, seconds (median).
+    pub hot_out_of_order_secs: f64,
+    /// Hot, in order, seconds (median).
+    pub hot_in_order_secs: f64,
+}
+
+const RUNS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Measures at `n` customers; progress on stderr.
+pub async fn run(data: &DataSet, n: u64) -> Result<CeilingReport, BoxError> {
+    let limit = Duration::from_secs(600);
+    let (_, ctx) = contexts(data).await?;
+    let pool = ooode_providers::ooode_runtime(&ctx).pool().clone();
+    for s in [
+        "SET ooode.direct_io = false",
+        "SET ooode.index_join = 'always'",
+        "SET ooode.execution_mode = 'out_of_order'",
+    ] {
+        run_sql(&ctx, s).await?;
+    }
+    let sql = fig4_sql(n);
+    // Warms the OS cache with every page the query reads.
+    timed_rows(&ctx, &sql, limit).await?;
+    let (mut times, mut cpus, mut pages) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        pool.clear();
+        let misses = pool.stats().misses;
+        let (start, cpu) = (Instant::now(), process_cpu_time());
+        timed_rows(&ctx, &sql, limit).await?;
+        times.push(start.elapsed().as_secs_f64());
+        cpus.push(process_cpu_time().saturating_sub(cpu).as_secs_f64());
+        pages.push((pool.stats().misses - misses) as f64);
+    }
+    let (secs, cpu, pages) = (median(times), median(cpus), median(pages));
+    eprintln!(
+        "N={n} from the OS cache: {pages:.0} pages in {secs:.3} s, {:.1} us CPU per page",
+        cpu / pages.max(1.0) * 1e6
+    );
+    let mut hot = Vec::new();
+    for mode in ["out_of_order", "in_order"] {
+        run_sql(&ctx, &format!("SET ooode.execution_mode = '{mode}'")).await?;
+        timed_rows(&ctx, &sql, limit).await?;
+        let mut t = Vec::new();
+        for _ in 0..RUNS {
+            t.push(timed_rows(&ctx, &sql, limit).await?.0.unwrap_or(f64::NAN));
+        }
+        hot.push(median(t));
+    }
+    eprintln!(
+        "N={n} hot: out of order {:.3} s, in order {:.3} s",
+        hot[0], hot[1]
+    );
+    Ok(CeilingReport {
+        n,
+        pages: pages as u64,
+        secs,
+        pages_per_sec: pages / secs.max(1e-9),
+        cpu_us_per_page: cpu / pages.max(1.0) * 1e6,
+        hot_out_of_order_secs: hot[0],
+        hot_in_order_secs: hot[1],
+    })
+}
+
+/// The report's lines.
+pub fn format_report(r: &CeilingReport) -> String {
+    format!(
+        "Fig. 4 at N = {}, pages from the OS cache (pool emptied): {} pages in {:.3} s, \
+         {:.0} pages/s, {:.1} us of CPU per page\n\
+         hot (pages in the pool): out of order {:.3} s, in order {:.3} s ({:.2}x)\n",
+        r.n,
+        r.pages,
+        r.secs,
+        r.pages_per_sec,
+        r.cpu_us_per_page,
+        r.hot_out_of_order_secs,
+        r.hot_in_order_secs,
+        r.hot_in_order_secs / r.hot_out_of_order_secs.max(1e-9)
+    )
+}

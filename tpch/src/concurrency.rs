@@ -1,0 +1,415 @@
+//! Many clients at once: each a stream of selective queries (the Fig. 4 chain over a random
+//! range of 1 to 150 customers at SF 1 (0.1 % of them; the range scales with the data), and
+//! point lookups: a range of one) for a fixed time, from a cold start, on ooode (one runtime, a buffer pool far smaller than the data, `auto`) and on
+//! stock DataFusion over Parquet with the same clients and the same queries.
+//!
+//! Per engine and client count: queries per second, latency (p50, p99; the point lookups'
+//! own p99 too), the device's IOPS (from `/proc/diskstats`, so both engines are measured
+//! alike), and CPU. Client `i` draws the same queries on both engines, so every query both
+//! finished is checked equal. A run of point lookups alone gives their p99 without the load.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use ooode::io::metrics::process_cpu_time;
+
+use crate::datagen::DataSet;
+use crate::fig4::drop_os_cache;
+use crate::runner::{query_rows, run_sql};
+use crate::tables::TABLES;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One engine at one number of clients.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConcurrencyPoint {
+    /// "ooode" or "datafusion parquet".
+    pub engine: String,
+    /// "mixed" (ranges of 1-150 customers and point lookups) or "points alone".
+    pub workload: String,
+    /// Clients, each running one query after another.
+    pub clients: usize,
+    /// Queries finished.
+    pub queries: u64,
+    /// Seconds measured.
+    pub secs: f64,
+    /// Queries per second.
+    pub qps: f64,
+    /// Median latency, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile latency, milliseconds.
+    pub p99_ms: f64,
+    /// Point lookups' median latency, milliseconds.
+    pub point_p50_ms: f64,
+    /// Point lookups' 99th percentile latency, milliseconds.
+    pub point_p99_ms: f64,
+    /// Reads per second the device completed (all readers of the machine).
+    pub device_iops: f64,
+    /// Page reads per second ooode issued (None for Parquet).
+    pub engine_iops: Option<f64>,
+    /// Process CPU, percent of one core.
+    pub cpu_percent: f64,
+}
+
+/// The whole experiment.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConcurrencyReport {
+    /// All measurements.
+    pub points: Vec<ConcurrencyPoint>,
+    /// ooode's buffer pool size, bytes (the ooode tables hold `data_bytes`).
+    pub pool_bytes: usize,
+    /// Bytes of the ooode tables read (heap and index files of customer, orders, lineitem).
+    pub data_bytes: u64,
+    /// Queries both engines finished, compared.
+    pub compared: u64,
+    /// Queries whose results differed (must be 0).
+    pub mismatches: Vec<String>,
+}
+
+/// The query a client runs: the Fig. 4 chain over customers `first ..= first + n - 1`.
+pub fn range_sql(first: u64, n: u64) -> String {
+    format!(
+        "SELECT COUNT(*), SUM(l_quantity) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey \
+         JOIN lineitem l ON o.o_orderkey = l.l_orderkey \
+         WHERE c.c_custkey BETWEEN {first} AND {}",
+        first + n - 1
+    )
+}
+
+/// Client `client`'s `k`-th query: half point lookups, half ranges of 1 to 150 customers per
+/// 150,000 (0.1 %), at random places among `customers` (the same on every engine).
+fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, String) {
+    let widest = (customers / 1000).max(1);
+    let mut x = (client as u64 + 1)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(k.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let point = points_only || next(2) == 0;
+    let n = if point { 1 } else { 1 + next(widest) };
+    let first = 1 + next(customers.saturating_sub(n).max(1));
+    (point, range_sql(first, n))
+}
+
+/// Reads completed by the block device holding `path`, from `/proc/diskstats`.
+fn device_reads(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let stats = std::fs::read_to_string("/proc/diskstats").ok()?;
+    stats.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 3 && f[0] == major.to_string() && f[1] == minor.to_string())
+            .then(|| f[3].parse().ok())
+            .flatten()
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// What one engine's clients did.
+struct Run {
+    point: ConcurrencyPoint,
+    /// (client, k) -> result rows.
+    results: HashMap<(usize, u64), Vec<String>>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Ooode,
+    Parquet,
+}
+
+/// Sessions for `clients` clients of `engine`, sharing one runtime (as a service's do).
+async fn sessions(
+    data: &DataSet,
+    engine: Engine,
+    clients: usize,
+    pool_bytes: usize,
+) -> Result<Vec<SessionContext>, BoxError> {
+    let env = RuntimeEnvBuilder::new().build_arc()?;
+    let mut out = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let config = SessionConfig::new();
+        let builder = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(config)
+            .with_runtime_env(env.clone());
+        let ctx = match engine {
+            Engine::Ooode => {
+                SessionContext::new_with_state(ooode_providers::with_ooode(builder).build())
+            }
+            Engine::Parquet => SessionContext::new_with_state(builder.build()),
+        };
+        for t in TABLES
+            .iter()
+            .filter(|t| ["customer", "orders", "lineitem"].contains(&t.name))
+        {
+            match engine {
+                Engine::Ooode => {
+                    let sql = format!(
+                        "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{}'",
+                        t.name,
+                        data.ooode_table(t.name).display()
+                    );
+                    run_sql(&ctx, &sql).await?;
+                }
+                Engine::Parquet => {
+                    ctx.register_parquet(
+                        t.name,
+                        data.parquet_file(t.name).to_string_lossy().as_ref(),
+                        ParquetReadOptions::default(),
+                    )
+                    .await?;
+                }
+            }
+        }
+        if engine == Engine::Ooode {
+            run_sql(&ctx, &format!("SET ooode.buffer_pool_bytes = {pool_bytes}")).await?;
+        }
+        out.push(ctx);
+    }
+    Ok(out)
+}
+
+/// Runs `clients` clients of `engine` for `secs` seconds from a cold start.
+async fn run_point(
+    data: &DataSet,
+    engine: Engine,
+    clients: usize,
+    secs: f64,
+    pool_bytes: usize,
+    points_only: bool,
+) -> Result<Run, BoxError> {
+    let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
+    let contexts = sessions(data, engine, clients, pool_bytes).await?;
+    if engine == Engine::Ooode {
+        // Settings take effect as a query is planned: one untimed query sizes the pool,
+        // which then starts empty.
+        query_rows(&contexts[0], &range_sql(1, 1)).await?;
+        ooode_providers::ooode_runtime(&contexts[0]).pool().clear();
+    }
+    drop_os_cache();
+    let heap = data.ooode_table("lineitem");
+    let ooode_reads = || {
+        (engine == Engine::Ooode).then(|| {
+            ooode_providers::ooode_runtime(&contexts[0])
+                .engines()
+                .iter()
+                .map(|e| e.metrics().snapshot().reads)
+                .sum::<u64>()
+        })
+    };
+    let (dev0, cpu0, reads0) = (device_reads(&heap), process_cpu_time(), ooode_reads());
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for (client, ctx) in contexts.iter().cloned().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            let mut k = 0u64;
+            while Instant::now() < deadline {
+                let (point, sql) = draw(client, k, customers, points_only);
+                let t = Instant::now();
+                let rows = query_rows(&ctx, &sql).await?;
+                done.push((k, point, t.elapsed().as_secs_f64() * 1e3, rows));
+                k += 1;
+            }
+            Ok::<_, BoxError>((client, done))
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut point_latencies = Vec::new();
+    let mut results = HashMap::new();
+    for t in tasks {
+        let (client, done) = t.await??;
+        for (k, point, ms, rows) in done {
+            latencies.push(ms);
+            if point {
+                point_latencies.push(ms);
+            }
+            results.insert((client, k), rows);
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let device = match (dev0, device_reads(&heap)) {
+        (Some(a), Some(b)) => b.saturating_sub(a) as f64 / elapsed,
+        _ => 0.0,
+    };
+    let engine_iops = match (reads0, ooode_reads()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / elapsed),
+        _ => None,
+    };
+    latencies.sort_by(f64::total_cmp);
+    point_latencies.sort_by(f64::total_cmp);
+    Ok(Run {
+        point: ConcurrencyPoint {
+            engine: match engine {
+                Engine::Ooode => "ooode".into(),
+                Engine::Parquet => "datafusion parquet".into(),
+            },
+            workload: if points_only { "points alone" } else { "mixed" }.into(),
+            clients,
+            queries: latencies.len() as u64,
+            secs: elapsed,
+            qps: latencies.len() as f64 / elapsed,
+            p50_ms: percentile(&latencies, 0.5),
+            p99_ms: percentile(&latencies, 0.99),
+            point_p50_ms: percentile(&point_latencies, 0.5),
+            point_p99_ms: percentile(&point_latencies, 0.99),
+            device_iops: device,
+            engine_iops,
+            cpu_percent: cpu / elapsed * 100.0,
+        },
+        results,
+    })
+}
+
+/// Bytes of the files of the tables the queries read.
+fn table_bytes(data: &DataSet) -> u64 {
+    ["customer", "orders", "lineitem"]
+        .iter()
+        .filter_map(|t| std::fs::read_dir(data.ooode_table(t)).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Runs every client count on both engines, and the point lookups alone; progress on stderr.
+pub async fn run(
+    data: &DataSet,
+    clients: &[usize],
+    secs: f64,
+) -> Result<ConcurrencyReport, BoxError> {
+    let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
+    let data_bytes = table_bytes(data);
+    // A pool far smaller than the data: the queries keep reading from the device.
+    let pool_bytes = ((data_bytes / 16) as usize).max(16 << 20);
+    let mut points = Vec::new();
+    let (mut compared, mut mismatches) = (0, Vec::new());
+    for &c in clients {
+        let mut runs = Vec::new();
+        for engine in [Engine::Ooode, Engine::Parquet] {
+            let run = run_point(data, engine, c, secs, pool_bytes, false).await?;
+            let p = &run.point;
+            eprintln!(
+                "{:<20} {c:>3} clients: {:>7.1} q/s, p50 {:>7.1} ms, p99 {:>7.1} ms, \
+                 points p99 {:>7.1} ms, device {:>6.0} IOPS, CPU {:>4.0} %",
+                p.engine, p.qps, p.p50_ms, p.p99_ms, p.point_p99_ms, p.device_iops, p.cpu_percent
+            );
+            runs.push(run);
+        }
+        for (key, rows) in &runs[0].results {
+            if let Some(other) = runs[1].results.get(key) {
+                compared += 1;
+                if rows != other {
+                    let (_, sql) = draw(key.0, key.1, customers, false);
+                    mismatches.push(format!("client {} query {}: {sql}", key.0, key.1));
+                }
+            }
+        }
+        points.extend(runs.into_iter().map(|r| r.point));
+    }
+    for engine in [Engine::Ooode, Engine::Parquet] {
+        let run = run_point(data, engine, 1, secs, pool_bytes, true).await?;
+        eprintln!(
+            "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms",
+            run.point.engine, run.point.point_p50_ms, run.point.point_p99_ms
+        );
+        points.push(run.point);
+    }
+    Ok(ConcurrencyReport {
+        points,
+        pool_bytes,
+        data_bytes,
+        compared,
+        mismatches,
+    })
+}
+
+/// The table of a report.
+pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
+    let mut out = format!(
+        "{:<20} {:<13} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>6}\n",
+        "engine",
+        "workload",
+        "clients",
+        "q/s",
+        "p50 ms",
+        "p99 ms",
+        "point p99",
+        "dev IOPS",
+        "% fio64",
+        "CPU %"
+    );
+    for p in &r.points {
+        out += &format!(
+            "{:<20} {:<13} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>6.0}\n",
+            p.engine,
+            p.workload,
+            p.clients,
+            p.qps,
+            p.p50_ms,
+            p.p99_ms,
+            p.point_p99_ms,
+            p.device_iops,
+            fio_qd64.map_or("n/a".into(), |f| format!(
+                "{:.0}",
+                p.device_iops / f * 100.0
+            )),
+            p.cpu_percent
+        );
+    }
+    let find = |engine: &str, workload: &str, clients: usize| {
+        r.points
+            .iter()
+            .find(|p| p.engine == engine && p.workload == workload && p.clients == clients)
+    };
+    if let Some(max) = r.points.iter().map(|p| p.clients).max() {
+        if let (Some(o), Some(s)) = (
+            find("ooode", "mixed", max),
+            find("datafusion parquet", "mixed", max),
+        ) {
+            out += &format!(
+                "at {max} clients: ooode {:.1}x stock DataFusion's queries per second\n",
+                o.qps / s.qps.max(1e-9)
+            );
+        }
+        if let (Some(mixed), Some(alone)) = (
+            find("ooode", "mixed", max),
+            find("ooode", "points alone", 1),
+        ) {
+            out += &format!(
+                "ooode point lookups: p99 {:.2} ms among {max} clients vs {:.2} ms alone ({:.1}x)\n",
+                mixed.point_p99_ms,
+                alone.point_p99_ms,
+                mixed.point_p99_ms / alone.point_p99_ms.max(1e-9)
+            );
+        }
+    }
+    out += &format!(
+        "pool {} MiB for {} MiB of tables; {} queries compared between the engines, {} differed\n",
+        r.pool_bytes >> 20,
+        r.data_bytes >> 20,
+        r.compared,
+        r.mismatches.len()
+    );
+    out
+}
