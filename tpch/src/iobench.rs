@@ -66,7 +66,8 @@ pub async fn measure_engine(
     let (start, cpu0) = (Instant::now(), process_cpu_time());
     let mut reads = 0u64;
     let mut in_flight: FuturesUnordered<_> = (0..depth).map(|_| issue()).collect();
-    while let Some(r) = in_flight.next().await {
+    // Reads started while the completed ones are handled reach the kernel together.
+    while let Some(r) = ooode::io::batch::Batched(in_flight.next()).await {
         r?;
         reads += 1;
         if Instant::now() < deadline {
@@ -88,6 +89,40 @@ pub async fn measure_engine(
         );
     }
     Ok((reads as f64 / elapsed, cpu / reads.max(1) as f64 * 1e6))
+}
+
+/// Like [`measure_engine`], from `threads` threads at once (each keeping its share of `depth`
+/// in flight, as the workers of a runtime do): the rings they use are measured together.
+pub fn measure_engine_threads(
+    engine: Arc<dyn IoEngine>,
+    file: &Path,
+    page_size: usize,
+    depth: usize,
+    secs: f64,
+    threads: usize,
+) -> Result<(f64, f64), BoxError> {
+    let (start, cpu0) = (Instant::now(), process_cpu_time());
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (engine, file) = (engine.clone(), file.to_path_buf());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()?;
+                let share = (depth / threads).max(1);
+                let (iops, _) =
+                    rt.block_on(measure_engine(engine, &file, page_size, share, secs))?;
+                Ok::<f64, BoxError>(iops)
+            })
+        })
+        .collect();
+    let mut iops = 0.0;
+    for h in handles {
+        iops += h.join().map_err(|_| "a reading thread panicked")??;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
+    Ok((iops, cpu / (iops * elapsed).max(1.0) * 1e6))
 }
 
 /// Makes sure `fio` is there: installs the Debian package when running as root.
@@ -171,7 +206,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
         eprintln!("fio is not available: engine numbers only");
     }
     let mut points = Vec::new();
-    let total = opts.depths.len() + 1;
+    let total = opts.depths.len() + 1 + 2 * opts.depths.iter().filter(|d| **d >= 16).count();
     let mut step = 0;
     let mut point =
         |engine: &str, depth: usize, (iops, cpu): (f64, f64), fio: Option<(f64, f64)>| {
@@ -217,13 +252,27 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
         };
         point("io_uring", depth, m, f);
     }
+    // Two threads reading at once: one ring they share, or one ring each (what the runtime's
+    // workers get); which rings serve more reads for less CPU.
+    for &depth in opts.depths.iter().filter(|d| **d >= 16) {
+        for (rings, name) in [(1, "uring 2t 1r"), (2, "uring 2t 2r")] {
+            let engine: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
+                max_in_flight: depth,
+                rings,
+                ..Default::default()
+            })?);
+            let m =
+                measure_engine_threads(engine, &opts.file, opts.page_size, depth, opts.secs, 2)?;
+            point(name, depth, m, None);
+        }
+    }
     Ok(points)
 }
 
 /// The points as a text table.
 pub fn format_points(points: &[IoPoint]) -> String {
     let mut out = format!(
-        "{:<9} {:>6} {:>10} {:>8} {:>12} {:>10} {:>12} {:>11}\n",
+        "{:<12} {:>6} {:>10} {:>8} {:>12} {:>10} {:>12} {:>11}\n",
         "engine", "depth", "IOPS", "MB/s", "CPU us/read", "fio IOPS", "fio us/read", "engine/fio"
     );
     for p in points {
@@ -236,7 +285,7 @@ pub fn format_points(points: &[IoPoint]) -> String {
             _ => ("-".into(), "-".into(), "-".into()),
         };
         out += &format!(
-            "{:<9} {:>6} {:>10.0} {:>8.1} {:>12.1} {:>10} {:>12} {:>11}\n",
+            "{:<12} {:>6} {:>10.0} {:>8.1} {:>12.1} {:>10} {:>12} {:>11}\n",
             p.engine, p.depth, p.iops, p.mb_per_sec, p.cpu_us_per_read, fi, fc, ratio
         );
     }
