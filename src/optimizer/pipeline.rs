@@ -1,6 +1,7 @@
 //! `OoodeOnePipelineRule`: takes out the round-robin repartitions that DataFusion puts above
 //! small index scans (and projections or filters of them), so a point query runs in one
-//! pipeline.
+//! pipeline; in order, above every index scan, so the baseline computes on one core as the
+//! paper's in-order engine does.
 //!
 //! DataFusion spreads a single-partition input over `target_partitions` with a round-robin
 //! repartition unless the input's row count is *exact* and at most one batch: an estimate,
@@ -30,7 +31,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
-use crate::config::OoodeConfig;
+use crate::config::{ExecutionMode, OoodeConfig};
 use crate::exec::IndexScanExec;
 
 /// The rule (`ooode_one_pipeline`).
@@ -45,22 +46,24 @@ impl OoodeOnePipelineRule {
 }
 
 /// Whether `plan` is a round-robin repartition of a small index scan (through projections and
-/// filters, which add no rows).
-fn spreads_small_scan(plan: &Arc<dyn ExecutionPlan>) -> bool {
+/// filters, which add no rows), or in order of any index scan: in order, index plans run as
+/// one pipeline whatever their size (the paper's IODE: operators one after another).
+fn spreads_index_scan(plan: &Arc<dyn ExecutionPlan>, in_order: bool) -> bool {
     let Some(repartition) = plan.downcast_ref::<RepartitionExec>() else {
         return false;
     };
     let input = repartition.input();
     matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(_))
         && input.output_partitioning().partition_count() == 1
-        && small_index_scan(input)
+        && index_scan_below(input, in_order)
 }
 
-fn small_index_scan(plan: &Arc<dyn ExecutionPlan>) -> bool {
+fn index_scan_below(plan: &Arc<dyn ExecutionPlan>, any_size: bool) -> bool {
     if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
-        return scan.one_pipeline();
+        return any_size || scan.one_pipeline();
     }
-    (plan.is::<ProjectionExec>() || plan.is::<FilterExec>()) && small_index_scan(plan.children()[0])
+    (plan.is::<ProjectionExec>() || plan.is::<FilterExec>())
+        && index_scan_below(plan.children()[0], any_size)
 }
 
 impl PhysicalOptimizerRule for OoodeOnePipelineRule {
@@ -69,11 +72,12 @@ impl PhysicalOptimizerRule for OoodeOnePipelineRule {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if config.extensions.get::<OoodeConfig>().is_none() {
+        let Some(ooode) = config.extensions.get::<OoodeConfig>() else {
             return Ok(plan);
-        }
+        };
+        let in_order = ooode.execution_mode == ExecutionMode::InOrder;
         plan.transform_up(|node| {
-            Ok(if spreads_small_scan(&node) {
+            Ok(if spreads_index_scan(&node, in_order) {
                 Transformed::yes(node.children()[0].clone())
             } else {
                 Transformed::no(node)

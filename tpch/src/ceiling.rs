@@ -32,7 +32,13 @@ pub struct CeilingReport {
     pub hot_in_order_secs: f64,
 }
 
-const RUNS: usize = 3;
+/// Measured runs (median kept); `OOODE_CEILING_RUNS` sets more, for a profiler.
+fn runs() -> usize {
+    std::env::var("OOODE_CEILING_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -55,7 +61,7 @@ pub async fn run(data: &DataSet, n: u64) -> Result<CeilingReport, BoxError> {
     // Warms the OS cache with every page the query reads.
     timed_rows(&ctx, &sql, limit).await?;
     let (mut times, mut cpus, mut pages) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..RUNS {
+    for _ in 0..runs() {
         pool.clear();
         let misses = pool.stats().misses;
         let (start, cpu) = (Instant::now(), process_cpu_time());
@@ -74,7 +80,7 @@ pub async fn run(data: &DataSet, n: u64) -> Result<CeilingReport, BoxError> {
         run_sql(&ctx, &format!("SET ooode.execution_mode = '{mode}'")).await?;
         timed_rows(&ctx, &sql, limit).await?;
         let mut t = Vec::new();
-        for _ in 0..RUNS {
+        for _ in 0..runs() {
             t.push(timed_rows(&ctx, &sql, limit).await?.0.unwrap_or(f64::NAN));
         }
         hot.push(median(t));
