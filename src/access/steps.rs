@@ -219,12 +219,29 @@ pub async fn count(table: &TableIo, index: usize, range: &KeyRange, ctx: &StepCt
     Ok((upper + lower).saturating_sub(tree.entries))
 }
 
-/// Decodes columns `projection` of a heap page, keeping the rows at `slots` (all when None).
+/// Columns of a table a step decodes, with their schema built once.
+#[derive(Debug, Clone)]
+pub struct Columns {
+    /// Table columns.
+    pub indices: Vec<usize>,
+    /// The table's schema projected to them.
+    pub schema: arrow::datatypes::SchemaRef,
+}
+
+impl Columns {
+    /// Columns `indices` of `table`.
+    pub fn new(table: &TableIo, indices: Vec<usize>) -> Result<Self> {
+        let schema = Arc::new(table.table().schema().project(&indices)?);
+        Ok(Self { indices, schema })
+    }
+}
+
+/// Decodes `columns` of a heap page, keeping the rows at `slots` (all when None).
 pub fn decode_rows(
     table: &TableIo,
     page_no: u64,
     page: &PageBuf,
-    projection: &[usize],
+    columns: &Columns,
     slots: Option<&[u16]>,
 ) -> Result<RecordBatch> {
     // TableIo verified the page when it arrived.
@@ -232,7 +249,7 @@ pub fn decode_rows(
     let batch = table
         .table()
         .codec()
-        .decode(page, Some(projection), file, page_no)
+        .decode_projected(page, &columns.indices, &columns.schema, file, page_no)
         .map_err(to_df)?;
     match slots {
         None => Ok(batch),

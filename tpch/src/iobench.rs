@@ -206,7 +206,10 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
         eprintln!("fio is not available: engine numbers only");
     }
     let mut points = Vec::new();
-    let total = opts.depths.len() + 1 + 2 * opts.depths.iter().filter(|d| **d >= 16).count();
+    let total = opts.depths.len()
+        + 1
+        + 2 * opts.depths.iter().filter(|d| **d >= 16).count()
+        + 2 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count();
     let mut step = 0;
     let mut point =
         |engine: &str, depth: usize, (iops, cpu): (f64, f64), fio: Option<(f64, f64)>| {
@@ -251,6 +254,33 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
             None
         };
         point("io_uring", depth, m, f);
+    }
+    // The kernel polling the submission queue (a thread of its own per ring), and polled
+    // completions (only for devices with polled queues): kept if they serve more reads.
+    for &depth in opts.depths.iter().filter(|d| **d == 1 || **d == 64) {
+        for (name, sqpoll, iopoll) in [
+            ("uring sqpoll", Some(2), false),
+            ("uring iopoll", None, true),
+        ] {
+            let engine = UringEngine::new(UringConfig {
+                max_in_flight: depth,
+                rings: 1,
+                sqpoll_idle_ms: sqpoll,
+                iopoll,
+                ..Default::default()
+            });
+            let measured = match engine {
+                Ok(e) => {
+                    let e: Arc<dyn IoEngine> = Arc::new(e);
+                    measure_engine(e, &opts.file, opts.page_size, depth, opts.secs).await
+                }
+                Err(e) => Err(e.into()),
+            };
+            match measured {
+                Ok(m) => point(name, depth, m, None),
+                Err(e) => eprintln!("{name} depth {depth}: not available here: {e}"),
+            }
+        }
     }
     // Two threads reading at once: one ring they share, or one ring each (what the runtime's
     // workers get); which rings serve more reads for less CPU.

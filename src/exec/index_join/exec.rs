@@ -27,6 +27,7 @@ use datafusion::execution::memory_pool::MemoryConsumer;
 
 use super::output::OutputSpec;
 use super::stream::{JoinWork, Limits, run};
+use crate::access::steps::Columns;
 use crate::access::{QueryIo, StepCtx, TableIo, to_df};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::metrics::{NodeMetrics, Published};
@@ -62,7 +63,7 @@ pub struct InnerSide {
     /// Encoder of the join key: the index's first key columns.
     pub encoder: KeyEncoder,
     /// Table columns decoded from each heap page.
-    pub decode_columns: Vec<usize>,
+    pub decode_columns: Columns,
     /// Positions of the key columns within `decode_columns`.
     pub key_positions: Vec<usize>,
     /// Positions of the scan's columns within `decode_columns`.
@@ -120,11 +121,11 @@ impl InnerSide {
         Ok(Self {
             sparse: meta.is_sparse(),
             read_positions: (0..read_columns.len()).collect(),
+            decode_columns: Columns::new(&table, decode_columns)?,
             table,
             name: name.into(),
             index,
             encoder,
-            decode_columns,
             key_positions,
             predicate,
             output,

@@ -27,7 +27,9 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use crate::access::TableIo;
-use crate::access::steps::{StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves};
+use crate::access::steps::{
+    Columns, StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves,
+};
 use crate::storage::btree::KeyRange;
 
 /// Which heap pages a scan reads.
@@ -79,8 +81,8 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         memory,
     } = work;
     let rows_of = Arc::new(RowsOf {
+        read_columns: Columns::new(&table, read_columns)?,
         table: table.clone(),
-        read_columns,
         predicate,
         output,
     });
@@ -173,7 +175,7 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
 /// What a scan keeps of a heap page.
 struct RowsOf {
     table: Arc<TableIo>,
-    read_columns: Vec<usize>,
+    read_columns: Columns,
     predicate: Option<Arc<dyn PhysicalExpr>>,
     output: Option<Vec<usize>>,
 }

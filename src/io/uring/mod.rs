@@ -58,6 +58,12 @@ pub struct UringConfig {
     pub rings: usize,
     /// Where freed page buffers go (None: a recycler of the engine's own).
     pub recycler: Option<Arc<Recycler>>,
+    /// A kernel thread polls each ring's submission queue, sleeping after this many
+    /// milliseconds idle (IORING_SETUP_SQPOLL); None: reads are submitted by system calls.
+    pub sqpoll_idle_ms: Option<u32>,
+    /// Completions are polled for, not interrupt-driven (IORING_SETUP_IOPOLL; the device must
+    /// support polled I/O).
+    pub iopoll: bool,
 }
 
 impl Default for UringConfig {
@@ -67,6 +73,8 @@ impl Default for UringConfig {
             direct: true,
             rings: 0,
             recycler: None,
+            sqpoll_idle_ms: None,
+            iopoll: false,
         }
     }
 }
@@ -119,6 +127,7 @@ impl UringEngine {
         for _ in 0..rings {
             let ring = Ring::new(
                 entries,
+                &config,
                 max_in_flight,
                 use_fixed.clone(),
                 files.clone(),

@@ -77,13 +77,22 @@ impl Ring {
     /// A ring of `entries` submission slots keeping at most `capacity` reads in flight.
     pub fn new(
         entries: u32,
+        config: &super::UringConfig,
         capacity: usize,
         use_fixed: Arc<AtomicBool>,
         files: Arc<FileTable>,
         recycler: Arc<Recycler>,
     ) -> std::io::Result<Self> {
         let cq = (capacity as u32).next_power_of_two().clamp(entries, 65536) * 2;
-        let uring = IoUring::builder().setup_cqsize(cq).build(entries)?;
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(cq);
+        if let Some(idle) = config.sqpoll_idle_ms {
+            builder.setup_sqpoll(idle);
+        }
+        if config.iopoll {
+            builder.setup_iopoll();
+        }
+        let uring = builder.build(entries)?;
         Ok(Self {
             uring,
             sq: Mutex::new(()),

@@ -238,6 +238,37 @@ impl HeapCodec {
         file: &Path,
         page_no: u64,
     ) -> Result<RecordBatch> {
+        let all: Vec<usize>;
+        let projection = match projection {
+            Some(p) => p,
+            None => {
+                all = (0..self.classes.len()).collect();
+                &all
+            }
+        };
+        let fields = projection
+            .iter()
+            .map(|&c| {
+                self.schema.fields().get(c).cloned().ok_or_else(|| {
+                    StorageError::InvalidArgument(format!("column index {c} out of range"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        self.decode_projected(page, projection, &schema, file, page_no)
+    }
+
+    /// [`Self::decode`] of columns `projection` whose schema the caller built once
+    /// (`schema` must be the table schema projected to `projection`): a page decoded per read
+    /// then allocates no schema.
+    pub fn decode_projected(
+        &self,
+        page: &[u8],
+        projection: &[usize],
+        schema: &arrow::datatypes::SchemaRef,
+        file: &Path,
+        page_no: u64,
+    ) -> Result<RecordBatch> {
         let bad = |why: String| StorageError::corrupted(file, Some(page_no), why);
         let n = decode_row_count(page).ok_or_else(|| bad("no row count".into()))? as usize;
         let ncols = read_u32(page, HEADER_LEN + 4).unwrap_or(0) as usize;
@@ -251,29 +282,27 @@ impl HeapCodec {
         if n > page.len() * 8 {
             return Err(bad(format!("row count {n} larger than the page can hold")));
         }
-        let all: Vec<usize>;
-        let projection = match projection {
-            Some(p) => p,
-            None => {
-                all = (0..ncols).collect();
-                &all
-            }
-        };
+        if schema.fields().len() != projection.len() {
+            return Err(StorageError::InvalidArgument(format!(
+                "{} columns asked for with a schema of {}",
+                projection.len(),
+                schema.fields().len()
+            )));
+        }
         let mut columns = Vec::with_capacity(projection.len());
-        let mut fields = Vec::with_capacity(projection.len());
-        for &c in projection {
-            let field = self.schema.fields().get(c).ok_or_else(|| {
-                StorageError::InvalidArgument(format!("column index {c} out of range"))
-            })?;
+        for (&c, field) in projection.iter().zip(schema.fields()) {
+            if c >= self.classes.len() {
+                return Err(StorageError::InvalidArgument(format!(
+                    "column index {c} out of range"
+                )));
+            }
             let array = self
                 .decode_column(page, c, n)
                 .map_err(|why| bad(format!("column '{}': {why}", field.name())))?;
             columns.push(array);
-            fields.push(field.clone());
         }
-        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
         let options = RecordBatchOptions::new().with_row_count(Some(n));
-        RecordBatch::try_new_with_options(schema, columns, &options)
+        RecordBatch::try_new_with_options(schema.clone(), columns, &options)
             .map_err(|e| bad(format!("rows do not form a batch: {e}")))
     }
 
