@@ -134,10 +134,11 @@ fn ooode_peak_memory(args: &[&str], out: &Path) -> (bool, u64) {
     (exited_ok, usage.ru_maxrss as u64 * 1024)
 }
 
-/// An index join whose key matches a million rows of 200 bytes (200 MB of output), forced
-/// (`always`), under `--memory-limit 64M`: it streams, and the process stays far below the
-/// output's size (before ooode's memory was bounded it peaked at 1.47 GB), or it fails with
-/// DataFusion's resources-exhausted error; it never takes the process down.
+/// An index join whose key matches a million rows of 200 bytes (200 MB of output), and one
+/// with a million outer rows, forced (`always`), under `--memory-limit 64M`: they stream, and
+/// the process stays far below the output's size (before ooode's memory was bounded the first
+/// peaked at 1.47 GB), or they fail with DataFusion's resources-exhausted error; never does
+/// one take the process down.
 #[test]
 fn a_million_matches_under_a_64_mib_limit() {
     let dir = tempfile::tempdir().unwrap();
@@ -184,6 +185,10 @@ fn a_million_matches_under_a_64_mib_limit() {
             "EXPLAIN SELECT count(*) FROM one JOIN big ON one.k = big.k",
             "-c",
             "SELECT count(*) AS n, sum(length(payload)) AS bytes FROM one JOIN big ON one.k = big.k",
+            // A million outer rows, each probing the clustering index: the outer side is
+            // pulled only as probes finish.
+            "-c",
+            "SELECT count(*) AS pairs FROM big a JOIN big b ON a.id = b.id",
         ],
         &out,
     );
@@ -192,6 +197,7 @@ fn a_million_matches_under_a_64_mib_limit() {
     assert!(printed.contains("IndexJoinExec"), "{printed}");
     if ok {
         assert!(printed.contains("1000000,200000000"), "{printed}");
+        assert!(printed.contains("pairs\n1000000"), "{printed}");
     } else {
         assert!(printed.contains("Resources exhausted"), "{printed}");
     }
