@@ -518,3 +518,31 @@ async fn inner_node_hint_resists_scan_pressure() {
     assert_eq!(misses[0], 0, "inner nodes were evicted");
     assert!(misses[1] > 0, "the scan did not pressure the pool");
 }
+
+/// An engine made inside a tokio runtime takes its completions on that runtime's reactor; when
+/// the runtime is gone, a thread takes over, and reads from elsewhere still complete.
+#[test]
+fn reads_outlive_the_runtime_whose_reactor_reaped_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, data) = page_file(dir.path());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = rt.block_on(async {
+        UringEngine::new(UringConfig::default())
+            .expect("this test needs io_uring, which is not available here")
+    });
+    assert!(engine.reaps_on_reactor());
+    let file = engine.open(&path).unwrap();
+    let page = rt
+        .block_on(engine.read(file, 3 * PAGE as u64, PAGE))
+        .unwrap();
+    assert_eq!(&page[..], &data[3 * PAGE..4 * PAGE]);
+    drop(rt);
+    // No runtime at all now: a plain thread waits for the read.
+    let page = futures::executor::block_on(engine.read(file, 5 * PAGE as u64, PAGE)).unwrap();
+    assert_eq!(&page[..], &data[5 * PAGE..6 * PAGE]);
+    assert!(!engine.reaps_on_reactor());
+}

@@ -81,7 +81,9 @@ pub async fn count_ranges(
 }
 
 /// [`count_ranges`] for a caller that cannot wait asynchronously (an optimizer rule): the
-/// thread blocks until the reads complete. Reads go outside admission (see the module doc).
+/// thread blocks until the reads complete, taking their completions itself (the reactor
+/// task that normally does may need this very thread). Reads go outside admission (see the
+/// module doc).
 pub fn count_ranges_now(
     table: &TableIo,
     index: usize,
@@ -90,9 +92,12 @@ pub fn count_ranges_now(
     io: Arc<IoMetrics>,
 ) -> Result<u64> {
     let ctx = StepCtx::plan_time(query.clone(), io);
-    crate::io::batch::unbatched(|| {
-        futures::executor::block_on(count_ranges(table, index, ranges, &ctx))
-    })
+    // Every engine of the runtime: a read this count joins may be another engine's.
+    let mut engines = query.runtime().engines();
+    if !engines.iter().any(|e| Arc::ptr_eq(e, table.engine())) {
+        engines.push(table.engine().clone());
+    }
+    crate::io::wait::block_on_reads(&engines, count_ranges(table, index, ranges, &ctx))
 }
 
 /// The estimate of an index scan over `ranges` ranges of index `index_no` whose

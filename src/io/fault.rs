@@ -115,4 +115,8 @@ impl IoEngine for FaultyEngine {
     fn max_in_flight(&self) -> usize {
         self.inner.max_in_flight()
     }
+
+    fn reap_now(&self) -> bool {
+        self.inner.reap_now()
+    }
 }

@@ -26,6 +26,7 @@ pub mod object_store_engine;
 pub mod pool;
 pub mod sync_engine;
 pub mod uring;
+pub mod wait;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +77,13 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
 
     /// Most reads the engine keeps in flight.
     fn max_in_flight(&self) -> usize;
+
+    /// Takes completions that are ready, on the calling thread, for engines whose
+    /// completions are otherwise taken by someone else (a reactor task); returns whether it
+    /// took any. See [`wait::block_on_reads`].
+    fn reap_now(&self) -> bool {
+        false
+    }
 }
 
 /// How to pick an engine.

@@ -206,7 +206,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
         eprintln!("fio is not available: engine numbers only");
     }
     let mut points = Vec::new();
-    let total = opts.depths.len()
+    let total = 2 * opts.depths.len()
         + 1
         + 2 * opts.depths.iter().filter(|d| **d >= 16).count()
         + 2 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count();
@@ -237,11 +237,18 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
     };
     point("pread", 1, m, f);
     for &depth in &opts.depths {
+        // Completions taken by a thread per ring, then on the reactor of this runtime.
         let engine: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
             max_in_flight: depth,
+            reap_on_reactor: false,
             ..Default::default()
         })?);
         let m = measure_engine(engine, &opts.file, opts.page_size, depth, opts.secs).await?;
+        let reactor: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
+            max_in_flight: depth,
+            ..Default::default()
+        })?);
+        let r = measure_engine(reactor, &opts.file, opts.page_size, depth, opts.secs).await?;
         let f = if fio {
             Some(run_fio(
                 &opts.file,
@@ -254,6 +261,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
             None
         };
         point("io_uring", depth, m, f);
+        point("uring reactor", depth, r, None);
     }
     // The kernel polling the submission queue (a thread of its own per ring), and polled
     // completions (only for devices with polled queues): kept if they serve more reads.
@@ -267,6 +275,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
                 rings: 1,
                 sqpoll_idle_ms: sqpoll,
                 iopoll,
+                reap_on_reactor: false,
                 ..Default::default()
             });
             let measured = match engine {
@@ -289,6 +298,8 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
             let engine: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
                 max_in_flight: depth,
                 rings,
+                // The threads below block this runtime's only thread: no reactor here.
+                reap_on_reactor: false,
                 ..Default::default()
             })?);
             let m =
@@ -302,7 +313,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
 /// The points as a text table.
 pub fn format_points(points: &[IoPoint]) -> String {
     let mut out = format!(
-        "{:<12} {:>6} {:>10} {:>8} {:>12} {:>10} {:>12} {:>11}\n",
+        "{:<13} {:>6} {:>10} {:>8} {:>12} {:>10} {:>12} {:>11}\n",
         "engine", "depth", "IOPS", "MB/s", "CPU us/read", "fio IOPS", "fio us/read", "engine/fio"
     );
     for p in points {
@@ -315,7 +326,7 @@ pub fn format_points(points: &[IoPoint]) -> String {
             _ => ("-".into(), "-".into(), "-".into()),
         };
         out += &format!(
-            "{:<12} {:>6} {:>10.0} {:>8.1} {:>12.1} {:>10} {:>12} {:>11}\n",
+            "{:<13} {:>6} {:>10.0} {:>8.1} {:>12.1} {:>10} {:>12} {:>11}\n",
             p.engine, p.depth, p.iops, p.mb_per_sec, p.cpu_us_per_read, fi, fc, ratio
         );
     }

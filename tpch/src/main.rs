@@ -384,9 +384,9 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 depths,
                 secs: seconds,
             };
-            // No I/O driver: completions wake the benchmark thread through a futex, not epoll.
+            // With an I/O driver: engines that take completions on the reactor need one.
             let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
+                .enable_all()
                 .build()?;
             let points = runtime.block_on(iobench::run(&opts))?;
             println!(

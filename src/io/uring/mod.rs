@@ -6,10 +6,11 @@
 //! never wait for each other's submissions. A read is pushed into its ring when its future is
 //! first polled; inside a submission batch ([`crate::io::batch`], opened by the operators
 //! around each poll of their read steps) the kernel is entered once for the whole batch,
-//! otherwise at once. Each ring has a completion thread that waits for the kernel and sends
-//! each page to its task over a oneshot channel: the completion side takes no lock, and each
-//! read's state travels in its own box (its address is the completion's token), not in a
-//! shared table.
+//! otherwise at once. Completions are taken ([`reap`]) by a task on the tokio reactor of the
+//! runtime the engine was made in (the kernel signals an eventfd; the worker parked in epoll
+//! wakes and hands the pages to their readers on that same worker), or, outside tokio, by a
+//! thread per ring; each read's state travels in its own box (its address is the
+//! completion's token), not in a shared table.
 //!
 //! Bounds: a ring keeps at most `max_in_flight` reads in flight; a read that finds it full
 //! waits (its future is pending until a completion frees a slot): there is no queue of reads
@@ -21,6 +22,7 @@
 //! allows it. Fixed (registered) buffers are not used: pages outlive the read (they stay in
 //! the buffer pool), so a registered buffer would have to be copied out to be reused.
 
+pub mod reap;
 pub mod request;
 pub mod ring;
 
@@ -35,6 +37,7 @@ use std::task::{Context, Poll};
 use futures::FutureExt;
 use futures::channel::oneshot;
 
+use self::reap::Reaper;
 use self::request::ReadOp;
 use self::ring::{Ring, Target};
 use super::batch::{self, Submit};
@@ -64,6 +67,9 @@ pub struct UringConfig {
     /// Completions are polled for, not interrupt-driven (IORING_SETUP_IOPOLL; the device must
     /// support polled I/O).
     pub iopoll: bool,
+    /// Completions are taken by a task on the tokio reactor of the runtime the engine is made
+    /// in (when there is one with an I/O driver), not by a thread per ring.
+    pub reap_on_reactor: bool,
 }
 
 impl Default for UringConfig {
@@ -75,6 +81,7 @@ impl Default for UringConfig {
             recycler: None,
             sqpoll_idle_ms: None,
             iopoll: false,
+            reap_on_reactor: true,
         }
     }
 }
@@ -87,7 +94,7 @@ pub struct UringEngine {
     recycler: Arc<Recycler>,
     metrics: Arc<IoMetrics>,
     config: UringConfig,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    reapers: Vec<Arc<Reaper>>,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -125,7 +132,7 @@ impl UringEngine {
         let use_fixed = Arc::new(AtomicBool::new(true));
         let mut built = Vec::with_capacity(rings);
         for _ in 0..rings {
-            let ring = Ring::new(
+            let mut ring = Ring::new(
                 entries,
                 &config,
                 max_in_flight,
@@ -136,22 +143,22 @@ impl UringEngine {
             if !ring.register_files(REGISTERED_FILES) {
                 use_fixed.store(false, SeqCst);
             }
+            if config.reap_on_reactor {
+                // Without it the ring is reaped by a thread.
+                ring.register_eventfd();
+            }
             built.push(Arc::new(ring));
         }
-        let mut threads = Vec::with_capacity(rings);
+        let mut reapers = Vec::with_capacity(rings);
         for (i, ring) in built.iter().enumerate() {
-            let ring = ring.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("ooode-uring-{i}"))
-                .spawn(move || ring::run(ring));
-            match spawned {
-                Ok(t) => threads.push(t),
+            match Reaper::start(ring, i, config.reap_on_reactor) {
+                Ok(r) => reapers.push(r),
                 Err(e) => {
-                    // Stop the threads already started before failing.
-                    for r in &built[..i] {
-                        r.shut_down();
+                    // Stop the reapers already started before failing.
+                    for (r, ring) in reapers.iter().zip(&built) {
+                        ring.shut_down();
+                        r.stop(ring);
                     }
-                    threads.into_iter().for_each(|t| drop(t.join()));
                     return Err(e);
                 }
             }
@@ -167,13 +174,18 @@ impl UringEngine {
                 rings,
                 ..config
             },
-            threads,
+            reapers,
         })
     }
 
     /// Number of rings.
     pub fn rings(&self) -> usize {
         self.rings.len()
+    }
+
+    /// Whether completions are taken on the tokio reactor (else by threads).
+    pub fn reaps_on_reactor(&self) -> bool {
+        self.reapers.iter().all(|r| r.on_reactor())
     }
 
     /// The recycler freed page buffers go back to.
@@ -237,6 +249,12 @@ impl IoEngine for UringEngine {
 
     fn max_in_flight(&self) -> usize {
         self.config.max_in_flight
+    }
+
+    fn reap_now(&self) -> bool {
+        self.rings
+            .iter()
+            .fold(false, |any, r| r.reap(false) > 0 || any)
     }
 }
 
@@ -320,8 +338,8 @@ impl Drop for UringEngine {
         for ring in self.rings.iter() {
             ring.shut_down();
         }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        for (reaper, ring) in self.reapers.iter().zip(self.rings.iter()) {
+            reaper.stop(ring);
         }
     }
 }

@@ -7,14 +7,14 @@
 //!        inside a batch: mark the ring; the batch's end enters the kernel once
 //!        otherwise:      io_uring_enter(submit) now
 //!                                                                     │ kernel
-//!   completion thread: io_uring_enter(wait for 1) <──────────────────┘
+//!   reaper (a task on the reactor, or a thread): woken by the kernel <─┘
 //!        for each CQE: take back the ReadOp box, free its slot, send the page on its
 //!        oneshot ──> the waiting task wakes
 //! ```
 //!
-//! The only lock is the submission queue's, held for the push of one entry; a ring belongs to
-//! the threads that hash to it (one per core by default), so it is rarely contended. The
-//! completion side takes no lock at all.
+//! The only lock on the submission side is the queue's, held for the push of one entry; a ring
+//! belongs to the threads that hash to it (one per core by default), so it is rarely
+//! contended. Completions are taken by one reaper at a time ([`super::reap`]).
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -53,6 +53,10 @@ pub struct Ring {
     shutdown: AtomicBool,
     files: Arc<FileTable>,
     recycler: Arc<Recycler>,
+    /// Held while the completion queue is read (by the reactor task or a thread).
+    cq: Mutex<()>,
+    /// Signalled by the kernel on every completion, when registered ([`Ring::register_eventfd`]).
+    eventfd: Option<std::os::fd::OwnedFd>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -105,7 +109,94 @@ impl Ring {
             shutdown: AtomicBool::new(false),
             files,
             recycler,
+            cq: Mutex::new(()),
+            eventfd: None,
         })
+    }
+
+    /// Makes the kernel signal a new eventfd on every completion (so a reactor can wait for
+    /// completions); false where that fails.
+    pub fn register_eventfd(&mut self) -> bool {
+        // SAFETY: eventfd has no preconditions; a negative result is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        if self.uring.submitter().register_eventfd(fd).is_err() {
+            return false;
+        }
+        self.eventfd = Some(owned);
+        true
+    }
+
+    /// The registered eventfd, if any.
+    pub fn eventfd(&self) -> Option<RawFd> {
+        self.eventfd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
+    }
+
+    /// Waits in the kernel for at least one completion (for a completion thread).
+    pub fn wait_for_completion(&self) {
+        // SAFETY: plain io_uring_enter with no argument struct: wait for one completion.
+        let waited = unsafe {
+            self.uring
+                .submitter()
+                .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
+        };
+        if let Err(e) = waited
+            && e.raw_os_error() != Some(libc::EINTR)
+        {
+            log::error!("ooode: io_uring wait failed: {e}");
+        }
+    }
+
+    /// Whether the engine is shutting down and every read has completed.
+    pub fn finished(&self) -> bool {
+        self.shutdown.load(SeqCst) && self.in_flight.load(SeqCst) == 0
+    }
+
+    /// Whether the engine is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.load(SeqCst)
+    }
+
+    /// Takes the completions the kernel has posted and hands each page to its reader;
+    /// returns how many. With `wait` false it gives up at once if another reaper is at it.
+    pub fn reap(&self, wait: bool) -> usize {
+        let _cq = match wait {
+            true => self.cq.lock(),
+            false => match self.cq.try_lock() {
+                Some(g) => g,
+                None => return 0,
+            },
+        };
+        let mut done: Vec<(Box<ReadOp>, i32)> = Vec::new();
+        // SAFETY: the `cq` lock is held: no one else reads the completion queue.
+        for cqe in unsafe { self.uring.completion_shared() } {
+            let token = cqe.user_data();
+            if token == WAKE_TOKEN {
+                continue;
+            }
+            // SAFETY: every other token is the address of a ReadOp box leaked by `push`,
+            // completed exactly once.
+            let op = unsafe { Box::from_raw(token as *mut ReadOp) };
+            done.push((op, cqe.result()));
+        }
+        if done.is_empty() {
+            return 0;
+        }
+        let n = done.len();
+        self.in_flight.fetch_sub(n, SeqCst);
+        if self.has_slot_waiters.load(SeqCst) {
+            let waiters = std::mem::take(&mut *self.slot_waiters.lock());
+            self.has_slot_waiters.store(false, SeqCst);
+            waiters.into_iter().for_each(Waker::wake);
+        }
+        for (op, result) in done {
+            complete(*op, result, self);
+        }
+        n
     }
 
     /// Registers a sparse table of `n` files; false where the kernel refuses.
@@ -220,50 +311,6 @@ impl Submit for Ring {
     fn submit_pushed(&self) {
         if self.unsubmitted.swap(false, SeqCst) {
             self.enter_submit();
-        }
-    }
-}
-
-/// The completion thread: runs until shutdown and every read has completed.
-pub fn run(ring: Arc<Ring>) {
-    let mut done: Vec<(Box<ReadOp>, i32)> = Vec::new();
-    loop {
-        if ring.shutdown.load(SeqCst) && ring.in_flight.load(SeqCst) == 0 {
-            break;
-        }
-        // SAFETY: plain io_uring_enter with no argument struct: wait for one completion.
-        let waited = unsafe {
-            ring.uring
-                .submitter()
-                .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
-        };
-        if let Err(e) = waited
-            && e.raw_os_error() != Some(libc::EINTR)
-        {
-            log::error!("ooode: io_uring wait failed: {e}");
-        }
-        // SAFETY: this thread is the only one that touches the completion queue.
-        for cqe in unsafe { ring.uring.completion_shared() } {
-            let token = cqe.user_data();
-            if token == WAKE_TOKEN {
-                continue;
-            }
-            // SAFETY: every other token is the address of a ReadOp box leaked by `push`,
-            // completed exactly once.
-            let op = unsafe { Box::from_raw(token as *mut ReadOp) };
-            done.push((op, cqe.result()));
-        }
-        if done.is_empty() {
-            continue;
-        }
-        ring.in_flight.fetch_sub(done.len(), SeqCst);
-        if ring.has_slot_waiters.load(SeqCst) {
-            let waiters = std::mem::take(&mut *ring.slot_waiters.lock());
-            ring.has_slot_waiters.store(false, SeqCst);
-            waiters.into_iter().for_each(Waker::wake);
-        }
-        for (op, result) in done.drain(..) {
-            complete(*op, result, &ring);
         }
     }
 }
