@@ -33,7 +33,7 @@ pub fn block_on_reads<F: Future>(engines: &[Arc<dyn IoEngine>], fut: F) -> F::Ou
             if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
                 return out;
             }
-            let reaped = engines.iter().fold(false, |any, e| e.reap_now() || any);
+            let reaped = engines.iter().filter(|e| e.reap_now()).count() > 0;
             if !reaped {
                 // Woken at once by a completion taken elsewhere; else look again soon.
                 std::thread::park_timeout(Duration::from_micros(50));
