@@ -252,9 +252,8 @@ impl IoEngine for UringEngine {
     }
 
     fn reap_now(&self) -> bool {
-        self.rings
-            .iter()
-            .fold(false, |any, r| r.reap(false) > 0 || any)
+        // Every ring, not just until one had completions.
+        self.rings.iter().map(|r| r.reap(false)).sum::<usize>() > 0
     }
 }
 
