@@ -253,26 +253,42 @@ pub fn decode_rows(
         .map_err(to_df)?;
     match slots {
         None => Ok(batch),
-        Some(slots) => {
-            if let Some(&bad) = slots.iter().find(|&&s| s as usize >= batch.num_rows()) {
-                return Err(to_df(StorageError::corrupted(
-                    file,
-                    Some(page_no),
-                    format!(
-                        "index points at slot {bad}, the page has {} rows",
-                        batch.num_rows()
-                    ),
-                )));
-            }
-            if slots.len() == batch.num_rows()
-                && slots.iter().enumerate().all(|(i, &s)| s as usize == i)
-            {
-                return Ok(batch);
-            }
-            let idx = UInt32Array::from_iter_values(slots.iter().map(|&s| s as u32));
-            Ok(take_record_batch(&batch, &idx)?)
-        }
+        Some(slots) => take_slots(&batch, slots, table, page_no),
     }
+}
+
+/// The rows at `slots` of `batch`, the decoded rows of heap page `page_no` of `table`; a slot
+/// past the page's rows is damage (the index points nowhere), an error naming the page.
+pub fn take_slots(
+    batch: &RecordBatch,
+    slots: &[u16],
+    table: &TableIo,
+    page_no: u64,
+) -> Result<RecordBatch> {
+    if let Some(&bad) = slots.iter().find(|&&s| s as usize >= batch.num_rows()) {
+        return Err(to_df(StorageError::corrupted(
+            table.heap_file(page_no),
+            Some(page_no),
+            format!(
+                "index points at slot {bad}, the page has {} rows",
+                batch.num_rows()
+            ),
+        )));
+    }
+    if slots.len() == batch.num_rows() && slots.iter().enumerate().all(|(i, &s)| s as usize == i)
+    {
+        return Ok(batch.clone());
+    }
+    // A run of consecutive slots is a slice: no copy.
+    if let (Some(&first), Some(&last)) = (slots.first(), slots.last())
+        && last >= first
+        && (last - first) as usize + 1 == slots.len()
+        && slots.windows(2).all(|w| w[1] == w[0] + 1)
+    {
+        return Ok(batch.slice(first as usize, slots.len()));
+    }
+    let idx = UInt32Array::from_iter_values(slots.iter().map(|&s| s as u32));
+    Ok(take_record_batch(batch, &idx)?)
 }
 
 /// Groups row ids by heap page, keeping pages in first-seen order.

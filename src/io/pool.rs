@@ -95,9 +95,12 @@ struct Entry {
     ring_pos: usize,
 }
 
+/// Page keys are two integers: a fast hash (not SipHash) for shard choice and shard maps.
+type FastHash = foldhash::fast::FixedState;
+
 #[derive(Default)]
 struct Shard {
-    map: HashMap<PageKey, Entry>,
+    map: HashMap<PageKey, Entry, FastHash>,
     ring: Vec<Option<PageKey>>,
     free_pos: Vec<usize>,
     hand: usize,
@@ -146,7 +149,7 @@ pub struct PoolStats {
 /// A page cache with a byte budget.
 pub struct BufferPool {
     shards: Box<[Mutex<Shard>]>,
-    hasher: std::hash::RandomState,
+    hasher: FastHash,
     budget: AtomicUsize,
     used: AtomicUsize,
     peak: AtomicUsize,
@@ -263,7 +266,8 @@ impl BufferPool {
     pub fn with_memory(budget: usize, memory: Option<Arc<dyn PoolMemory>>) -> Arc<Self> {
         Arc::new(Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            hasher: std::hash::RandomState::new(),
+            // Another seed than the shards' maps: keys of one shard must still spread there.
+            hasher: FastHash::with_seed(0x9E37_79B9_7F4A_7C15),
             budget: AtomicUsize::new(budget),
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),

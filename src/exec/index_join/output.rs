@@ -1,17 +1,18 @@
 //! Turning the inner rows found for one key into join output rows, a bounded chunk at a time.
 //!
-//! The outer rows of one key (`rows` of an outer batch) and the inner rows of one heap page
-//! (`inner`, already through the inner side's own predicate) make a grid of candidate pairs:
-//! pair `p` is outer row `rows[p / m]` with inner row `p % m`, `m` inner rows. [`OutputSpec::pairs`]
-//! turns a range of that grid into output rows (and notes which outer rows found a match), so
-//! a key with a million matches never becomes one batch; [`OutputSpec::finish`] adds what a
-//! semi, anti or outer join owes for the key once all its pairs are through.
+//! The outer rows of one key (`outer_rows` of an outer batch) and the inner rows of one heap
+//! page that match it (`page_rows` of the page, already through the inner side's own
+//! predicate) make a grid of candidate pairs. [`OutputSpec::pairs`] adds a range of that grid
+//! to a [`Gather`] (and notes which outer rows found a match), so a key with a million matches
+//! never becomes one batch; the gathered rows of many probes become one output batch with one
+//! `interleave` per column. [`OutputSpec::finish`] adds what a semi, anti or outer join owes
+//! for the key once all its pairs are through.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array, new_null_array};
-use arrow::compute::{filter_record_batch, take};
+use arrow::compute::take;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::{JoinSide, Result};
 use datafusion::physical_plan::joins::utils::JoinFilter;
@@ -53,47 +54,56 @@ impl OutputSpec {
         self.filter.is_some()
     }
 
-    /// Output rows of the pairs `grid` (of `rows.len() x inner.num_rows()`); sets
-    /// `matched[i]` for the outer rows `rows[i]` with a passing pair. None when no pair is
-    /// output (semi and anti joins, or none passed).
+    /// Adds the pairs `grid` of a probe to `gather`: the grid is `outer_rows.len() x
+    /// page_rows.len()`, pair `p` being outer row `outer_rows[p / m]` with row
+    /// `page_rows[p % m]` of `page` (the inner side's output columns). Pairs that pass the join
+    /// filter become output rows (inner and outer joins); `matched[i]` is set for the outer
+    /// rows `outer_rows[i]` with a passing pair. Returns the rows added.
+    #[allow(clippy::too_many_arguments)]
     pub fn pairs(
         &self,
-        outer: &RecordBatch,
-        rows: &[u32],
-        inner: &RecordBatch,
+        gather: &mut Gather,
+        outer: &Arc<RecordBatch>,
+        outer_rows: &[u32],
+        page: &Arc<RecordBatch>,
+        page_rows: &[u32],
         grid: Range<usize>,
         matched: Option<&mut [bool]>,
-    ) -> Result<Option<RecordBatch>> {
-        let m = inner.num_rows();
+    ) -> Result<usize> {
+        let m = page_rows.len();
         if m == 0 || grid.is_empty() {
-            return Ok(None);
+            return Ok(0);
         }
-        let outer_idx = UInt32Array::from_iter_values(grid.clone().map(|p| rows[p / m]));
-        let inner_idx = UInt32Array::from_iter_values(grid.clone().map(|p| (p % m) as u32));
         let pass: Option<BooleanArray> = match &self.filter {
-            Some(f) => Some(clean(
-                &self.eval_filter(f, outer, &outer_idx, inner, &inner_idx)?,
-            )),
+            Some(f) => {
+                let outer_idx =
+                    UInt32Array::from_iter_values(grid.clone().map(|p| outer_rows[p / m]));
+                let inner_idx =
+                    UInt32Array::from_iter_values(grid.clone().map(|p| page_rows[p % m]));
+                Some(clean(&self.eval_filter(f, outer, &outer_idx, page, &inner_idx)?))
+            }
             None => None,
         };
+        let passes = |i: usize| pass.as_ref().is_none_or(|mask| mask.value(i));
         if let Some(matched) = matched {
             for (i, p) in grid.clone().enumerate() {
-                if pass.as_ref().is_none_or(|mask| mask.value(i)) {
+                if passes(i) {
                     matched[p / m] = true;
                 }
             }
         }
         if !self.emits_pairs() {
-            return Ok(None);
+            return Ok(0);
         }
-        let mut cols = take_all(outer, &outer_idx)?;
-        cols.extend(take_all(inner, &inner_idx)?);
-        let joined = RecordBatch::try_new(self.schema.clone(), cols)?;
-        let joined = match &pass {
-            Some(mask) => filter_record_batch(&joined, mask)?,
-            None => joined,
-        };
-        Ok((joined.num_rows() > 0).then_some(joined))
+        let (o, n) = (gather.outer_source(outer), gather.inner_source(page));
+        let before = gather.outer_idx.len();
+        for (i, p) in grid.enumerate() {
+            if passes(i) {
+                gather.outer_idx.push((o, outer_rows[p / m] as usize));
+                gather.inner_idx.push((n, page_rows[p % m] as usize));
+            }
+        }
+        Ok(gather.outer_idx.len() - before)
     }
 
     /// What the join owes for the outer rows `rows` of one key once all their pairs are
@@ -190,6 +200,55 @@ impl OutputSpec {
                 datafusion::common::DataFusionError::Internal("join filter is not boolean".into())
             })?;
         Ok(mask)
+    }
+}
+
+/// Output rows being gathered from pairs: for each row, an outer batch's row and an inner
+/// page's row. One `interleave` per column builds them, however many probes and pages the
+/// rows come from, instead of a `take` per column per probe.
+#[derive(Default)]
+pub struct Gather {
+    outer: Vec<Arc<RecordBatch>>,
+    inner: Vec<Arc<RecordBatch>>,
+    outer_idx: Vec<(usize, usize)>,
+    inner_idx: Vec<(usize, usize)>,
+}
+
+fn source(list: &mut Vec<Arc<RecordBatch>>, batch: &Arc<RecordBatch>) -> usize {
+    // Consecutive pairs mostly share their batches: the last source is the likely one.
+    if let Some(i) = list.iter().rposition(|b| Arc::ptr_eq(b, batch)) {
+        return i;
+    }
+    list.push(batch.clone());
+    list.len() - 1
+}
+
+impl Gather {
+    fn outer_source(&mut self, batch: &Arc<RecordBatch>) -> usize {
+        source(&mut self.outer, batch)
+    }
+
+    fn inner_source(&mut self, batch: &Arc<RecordBatch>) -> usize {
+        source(&mut self.inner, batch)
+    }
+
+    /// The gathered rows as a batch of `schema` (outer columns, then inner), if any.
+    pub fn build(self, schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+        if self.outer_idx.is_empty() {
+            return Ok(None);
+        }
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (sources, idx) in [(&self.outer, &self.outer_idx), (&self.inner, &self.inner_idx)] {
+            let Some(first) = sources.first() else {
+                continue;
+            };
+            for c in 0..first.num_columns() {
+                let arrays: Vec<&dyn Array> =
+                    sources.iter().map(|b| b.column(c).as_ref()).collect();
+                cols.push(arrow::compute::interleave(&arrays, idx)?);
+            }
+        }
+        Ok(Some(RecordBatch::try_new(schema.clone(), cols)?))
     }
 }
 

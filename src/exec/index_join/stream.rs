@@ -27,14 +27,13 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::SendableRecordBatchStream;
-use datafusion::physical_plan::filter::batch_filter;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
-use super::output::{OutputSpec, compact_views};
+use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::steps::{StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves};
 use crate::access::to_df;
 use crate::exec::metrics::NodeMetrics;
@@ -71,12 +70,12 @@ type Leaves = BoxStream<'static, Result<Vec<u64>>>;
 enum Job {
     /// The next leaf of a probe's walk (None: the walk is over).
     Leaf(u64, (Option<Result<Vec<u64>>>, Leaves)),
-    /// Rows of one heap page for a probe.
-    Rows(u64, Result<RecordBatch>),
+    /// A heap page's rows (the inner side's columns), for every probe waiting for it.
+    Page(u64, Result<RecordBatch>),
 }
 
 struct OuterBatch {
-    batch: RecordBatch,
+    batch: Arc<RecordBatch>,
     open_probes: usize,
     bytes: usize,
 }
@@ -93,10 +92,12 @@ struct Probe {
 }
 
 enum Work {
-    /// Pairs of a probe's outer rows with one page's inner rows, from grid position `next`.
+    /// Pairs of a probe's outer rows with rows `rows` of one page (the inner side's output
+    /// columns, shared by the probes that read it), from grid position `next`.
     Pairs {
         probe: u64,
-        inner: RecordBatch,
+        page: Arc<RecordBatch>,
+        rows: Vec<u32>,
         next: usize,
         bytes: usize,
     },
@@ -116,7 +117,9 @@ struct Join {
     probes: HashMap<u64, Probe>,
     next_id: u64,
     jobs: FuturesUnordered<BoxFuture<'static, Job>>,
-    fetches: usize,
+    /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
+    /// several probes need is read and decoded once.
+    pages: HashMap<u64, Vec<(u64, Vec<u16>)>>,
     parked: VecDeque<(u64, Leaves)>,
     out: VecDeque<Work>,
     out_bytes: usize,
@@ -144,7 +147,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         probes: HashMap::new(),
         next_id: 0,
         jobs: FuturesUnordered::new(),
-        fetches: 0,
+        pages: HashMap::new(),
         parked: VecDeque::new(),
         out: VecDeque::new(),
         out_bytes: 0,
@@ -152,7 +155,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
     let mut outer_done = false;
     loop {
         let room = join.out_bytes < join.limits.out_bytes;
-        while room && join.fetches < join.limits.max_fetches {
+        while room && join.pages.len() < join.limits.max_fetches {
             let Some((probe, leaves)) = join.parked.pop_front() else {
                 break;
             };
@@ -213,7 +216,7 @@ impl Join {
         self.outers.insert(
             outer_id,
             OuterBatch {
-                batch,
+                batch: Arc::new(batch),
                 open_probes: keyed.len(),
                 bytes,
             },
@@ -275,10 +278,20 @@ impl Join {
                 }
                 self.parked.push_back((probe, leaves));
             }
-            Job::Rows(probe, rows) => {
-                self.fetches -= 1;
-                let rows = rows?;
-                self.add_rows(probe, rows)?;
+            Job::Page(page_no, rows) => {
+                let decoded = rows?;
+                let waiting = self.pages.remove(&page_no).unwrap_or_default();
+                let page = self.inner.page_view(&decoded)?;
+                for (probe, slots) in waiting {
+                    let found = match self.probes.get(&probe) {
+                        Some(p) if !p.settled => {
+                            self.inner
+                                .probe_rows(&decoded, &page, page_no, &slots, &p.key)?
+                        }
+                        _ => Vec::new(),
+                    };
+                    self.add_rows(probe, &page.rows, found)?;
+                }
             }
         }
         Ok(())
@@ -290,28 +303,33 @@ impl Join {
         };
         for (page_no, slots) in group_by_page(ids) {
             p.pending += 1;
-            self.fetches += 1;
-            let (inner, steps, key) = (self.inner.clone(), self.steps.clone(), p.key.clone());
+            if let Some(waiting) = self.pages.get_mut(&page_no) {
+                waiting.push((probe, slots));
+                continue;
+            }
+            self.pages.insert(page_no, vec![(probe, slots)]);
+            let (inner, steps) = (self.inner.clone(), self.steps.clone());
             self.jobs.push(
                 async move {
                     let rows = async {
                         let held = heap_page(&inner.table, page_no, &steps).await?;
-                        inner.page_rows(page_no, &held.page, &slots, &key)
+                        decode_rows(&inner.table, page_no, &held.page, &inner.decode_columns, None)
                     }
                     .await;
-                    Job::Rows(probe, rows)
+                    Job::Page(page_no, rows)
                 }
                 .boxed(),
             );
         }
     }
 
-    /// Inner rows of one page found for `probe`.
-    fn add_rows(&mut self, probe: u64, rows: RecordBatch) -> Result<()> {
+    /// Rows `rows` of `page` (the inner side's output columns of one heap page) found for
+    /// `probe`.
+    fn add_rows(&mut self, probe: u64, page: &Arc<RecordBatch>, rows: Vec<u32>) -> Result<()> {
         let Some(p) = self.probes.get_mut(&probe) else {
             return Ok(());
         };
-        if rows.num_rows() == 0 || p.settled {
+        if rows.is_empty() || p.settled {
             self.release(probe);
             return Ok(());
         }
@@ -324,12 +342,15 @@ impl Join {
             self.release(probe);
             return Ok(());
         }
-        let bytes = rows.get_array_memory_size();
+        // The probe's share of the page's memory (the page is shared by its probes).
+        let bytes = page.get_array_memory_size() * rows.len() / page.num_rows().max(1)
+            + rows.len() * 4;
         self.grow(bytes)?;
         self.out_bytes += bytes;
         self.out.push_back(Work::Pairs {
             probe,
-            inner: rows,
+            page: page.clone(),
+            rows,
             next: 0,
             bytes,
         });
@@ -383,6 +404,7 @@ impl Join {
     /// Up to a batch of output rows from the front of the queue.
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut gather = Gather::default();
         let mut rows = 0;
         while rows < self.limits.batch_rows {
             let room = self.limits.batch_rows - rows;
@@ -405,7 +427,8 @@ impl Join {
                 }
                 Work::Pairs {
                     probe,
-                    inner,
+                    page,
+                    rows: page_rows,
                     next,
                     bytes,
                 } => {
@@ -416,21 +439,19 @@ impl Join {
                         self.unqueue(bytes);
                         continue;
                     };
-                    let total = p.rows.len() * inner.num_rows();
+                    let total = p.rows.len() * page_rows.len();
                     let end = total.min(*next + room);
                     let outer = &self.outers[&p.outer].batch;
-                    let out = self.spec.pairs(
+                    rows += self.spec.pairs(
+                        &mut gather,
                         outer,
                         &p.rows,
-                        inner,
+                        page,
+                        page_rows,
                         *next..end,
                         p.matched.as_deref_mut(),
                     )?;
                     *next = end;
-                    if let Some(out) = out {
-                        rows += out.num_rows();
-                        parts.push(out);
-                    }
                     if end == total {
                         let bytes = *bytes;
                         self.out.pop_front();
@@ -453,45 +474,92 @@ impl Join {
                 }
             }
         }
-        if parts.is_empty() {
-            return Ok(None);
+        if let Some(pairs) = gather.build(&self.spec.schema)? {
+            parts.push(pairs);
         }
-        let batch = concat_batches(&self.spec.schema, &parts)?;
+        let batch = match parts.len() {
+            0 => return Ok(None),
+            1 => parts.pop().expect("one part"),
+            _ => concat_batches(&self.spec.schema, &parts)?,
+        };
         compact_views(batch).map(Some)
     }
 }
 
+/// A decoded heap page as probes use it: the inner side's output columns, and which rows pass
+/// the inner side's own predicate (evaluated once per page, not per probe).
+struct PageView {
+    rows: Arc<RecordBatch>,
+    passes: Option<arrow::array::BooleanArray>,
+}
+
 impl InnerSide {
-    /// The rows of heap page `page_no` for a probe of `key`: the slots the index named (all
-    /// the rows of the key's run, for a sparse index), through the inner predicate, projected
-    /// to the inner output columns.
-    fn page_rows(
+    /// The probes' view of `decoded`, the rows of one heap page (columns `decode_columns`).
+    fn page_view(&self, decoded: &RecordBatch) -> Result<PageView> {
+        let read = decoded.project(&self.read_positions)?;
+        let passes = match &self.predicate {
+            Some(pred) => {
+                let value = pred.evaluate(&read)?.into_array(read.num_rows())?;
+                let mask = value
+                    .as_any()
+                    .downcast_ref::<arrow::array::BooleanArray>()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("inner predicate is not boolean".into())
+                    })?;
+                Some(match arrow::array::Array::null_count(mask) {
+                    0 => mask.clone(),
+                    _ => arrow::compute::prep_null_mask_filter(mask),
+                })
+            }
+            None => None,
+        };
+        let rows = match &self.output {
+            Some(cols) => read.project(cols)?,
+            None => read,
+        };
+        Ok(PageView {
+            rows: Arc::new(rows),
+            passes,
+        })
+    }
+
+    /// A probe's rows of heap page `page_no` (decoded as `decoded`, seen as `page`): the
+    /// slots the index named (the rows of the key's run, for a sparse index) that pass the
+    /// inner predicate.
+    fn probe_rows(
         &self,
+        decoded: &RecordBatch,
+        page: &PageView,
         page_no: u64,
-        page: &crate::io::PageBuf,
         slots: &[u16],
         key: &[u8],
-    ) -> Result<RecordBatch> {
-        let table = &self.table;
-        let slots = (!self.sparse).then_some(slots);
-        let mut rows = decode_rows(table, page_no, page, &self.decode_columns, slots)?;
-        if self.sparse {
-            // A sparse index names pages: keep the rows whose key starts with the probe key.
+    ) -> Result<Vec<u32>> {
+        let candidates: Vec<u32> = if self.sparse {
+            // A sparse index names pages: the rows whose key starts with the probe key.
             let key_cols: Vec<ArrayRef> = self
                 .key_positions
                 .iter()
-                .map(|&i| rows.column(i).clone())
+                .map(|&i| decoded.column(i).clone())
                 .collect();
             let run = key_run(&self.encoder, &key_cols, key)?;
-            rows = rows.slice(run.start, run.len());
-        }
-        let rows = match &self.predicate {
-            Some(pred) => batch_filter(&rows.project(&self.read_positions)?, pred)?,
-            None => rows.project(&self.read_positions)?,
+            (run.start as u32..run.end as u32).collect()
+        } else {
+            let n = decoded.num_rows();
+            if let Some(&bad) = slots.iter().find(|&&s| s as usize >= n) {
+                return Err(to_df(crate::storage::StorageError::corrupted(
+                    self.table.heap_file(page_no),
+                    Some(page_no),
+                    format!("index points at slot {bad}, the page has {n} rows"),
+                )));
+            }
+            slots.iter().map(|&s| s as u32).collect()
         };
-        Ok(match &self.output {
-            Some(cols) => rows.project(cols)?,
-            None => rows,
+        Ok(match &page.passes {
+            Some(mask) => candidates
+                .into_iter()
+                .filter(|&r| mask.value(r as usize))
+                .collect(),
+            None => candidates,
         })
     }
 }
