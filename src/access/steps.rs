@@ -173,6 +173,41 @@ pub fn lookup_leaves(
     )
 }
 
+/// The values [`lookup_leaves`] would find, gathered at once without a read or an await,
+/// when every node the walk visits is pinned or in the pool and there are at most `max`;
+/// None otherwise (the caller then walks asynchronously). A point query's upper B+tree levels
+/// are pinned, so most probes of a join end here: no stream, no task wake-up per probe.
+pub fn lookup_cached(
+    table: &TableIo,
+    index: usize,
+    range: KeyRange,
+    counters: &Counters,
+    max: usize,
+) -> Result<Option<Vec<u64>>> {
+    let Some(handle) = table.table().indexes().get(index) else {
+        return Err(no_index(index));
+    };
+    let meta = &handle.meta;
+    let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse()).with_verified_pages();
+    let mut out = Vec::new();
+    let mut visited = 0;
+    let quiet = Counters::default();
+    while let Some(page_no) = cursor.next_page() {
+        let Some(page) = table.cached_index_page(index, page_no, &quiet) else {
+            return Ok(None);
+        };
+        visited += 1;
+        cursor
+            .feed(&page, index_file(table, index, page_no)?, &mut out)
+            .map_err(to_df)?;
+        if out.len() > max {
+            return Ok(None);
+        }
+    }
+    (0..visited).for_each(|_| counters.hit());
+    Ok(Some(out))
+}
+
 /// Every value [`lookup_leaves`] finds, gathered.
 pub async fn lookup(
     table: &Arc<TableIo>,
@@ -275,8 +310,7 @@ pub fn take_slots(
             ),
         )));
     }
-    if slots.len() == batch.num_rows() && slots.iter().enumerate().all(|(i, &s)| s as usize == i)
-    {
+    if slots.len() == batch.num_rows() && slots.iter().enumerate().all(|(i, &s)| s as usize == i) {
         return Ok(batch.clone());
     }
     // A run of consecutive slots is a slice: no copy.
@@ -294,7 +328,8 @@ pub fn take_slots(
 /// Groups row ids by heap page, keeping pages in first-seen order.
 pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Vec<u16>)> {
     let mut groups: Vec<(u64, Vec<u16>)> = Vec::new();
-    let mut index: std::collections::HashMap<u64, usize> = Default::default();
+    // A map only for many pages; a probe's few rows are grouped by a look at the groups.
+    let mut index: Option<std::collections::HashMap<u64, usize>> = None;
     for &id in row_ids {
         let r = RowId(id);
         // Row ids of one key mostly come in page order: check the last group first.
@@ -304,6 +339,15 @@ pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Vec<u16>)> {
             last.1.push(r.slot());
             continue;
         }
+        if groups.len() < 16 {
+            match groups.iter_mut().find(|g| g.0 == r.page()) {
+                Some(g) => g.1.push(r.slot()),
+                None => groups.push((r.page(), vec![r.slot()])),
+            }
+            continue;
+        }
+        let index =
+            index.get_or_insert_with(|| groups.iter().enumerate().map(|(i, g)| (g.0, i)).collect());
         match index.get(&r.page()) {
             Some(&i) => groups[i].1.push(r.slot()),
             None => {

@@ -80,7 +80,9 @@ impl OutputSpec {
                     UInt32Array::from_iter_values(grid.clone().map(|p| outer_rows[p / m]));
                 let inner_idx =
                     UInt32Array::from_iter_values(grid.clone().map(|p| page_rows[p % m]));
-                Some(clean(&self.eval_filter(f, outer, &outer_idx, page, &inner_idx)?))
+                Some(clean(
+                    &self.eval_filter(f, outer, &outer_idx, page, &inner_idx)?,
+                ))
             }
             None => None,
         };
@@ -238,7 +240,10 @@ impl Gather {
             return Ok(None);
         }
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        for (sources, idx) in [(&self.outer, &self.outer_idx), (&self.inner, &self.inner_idx)] {
+        for (sources, idx) in [
+            (&self.outer, &self.outer_idx),
+            (&self.inner, &self.inner_idx),
+        ] {
             let Some(first) = sources.first() else {
                 continue;
             };

@@ -34,7 +34,9 @@ use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
 use super::output::{Gather, OutputSpec, compact_views};
-use crate::access::steps::{StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves};
+use crate::access::steps::{
+    StepCtx, decode_rows, group_by_page, heap_page, lookup_cached, lookup_leaves,
+};
 use crate::access::to_df;
 use crate::exec::metrics::NodeMetrics;
 use crate::storage::KeyEncoder;
@@ -66,6 +68,10 @@ pub struct JoinWork {
 }
 
 type Leaves = BoxStream<'static, Result<Vec<u64>>>;
+
+/// Most values a probe gathers without a walk of its own (see `lookup_cached`): a key with
+/// more streams a leaf at a time.
+const CACHED_LOOKUP_VALUES: usize = 256;
 
 enum Job {
     /// The next leaf of a probe's walk (None: the walk is over).
@@ -223,14 +229,16 @@ impl Join {
         );
         for (key, rows) in keyed {
             let id = self.id();
+            let range = KeyRange::prefix(key.clone());
             let key: Arc<[u8]> = key.into();
-            let leaves = lookup_leaves(
-                self.inner.table.clone(),
+            // Index nodes all cached: the probe's pages at once, no walk to wait for.
+            let found = lookup_cached(
+                &self.inner.table,
                 self.inner.index,
-                KeyRange::prefix(key.to_vec()),
-                self.steps.clone(),
-            )
-            .boxed();
+                range.clone(),
+                self.steps.counters(),
+                CACHED_LOOKUP_VALUES,
+            )?;
             let matched = self.spec.tracks_matches().then(|| vec![false; rows.len()]);
             self.probes.insert(
                 id,
@@ -243,7 +251,25 @@ impl Join {
                     settled: false,
                 },
             );
-            self.parked.push_back((id, leaves));
+            // Within the window of page fetches; beyond it the walk waits its turn.
+            let found = found.filter(|ids| self.pages.len() + ids.len() <= self.limits.max_fetches);
+            match found {
+                Some(ids) => {
+                    self.fetch_pages(id, &ids);
+                    // The walk is over.
+                    self.release(id);
+                }
+                None => {
+                    let leaves = lookup_leaves(
+                        self.inner.table.clone(),
+                        self.inner.index,
+                        range,
+                        self.steps.clone(),
+                    )
+                    .boxed();
+                    self.parked.push_back((id, leaves));
+                }
+            }
         }
         Ok(())
     }
@@ -284,10 +310,9 @@ impl Join {
                 let page = self.inner.page_view(&decoded)?;
                 for (probe, slots) in waiting {
                     let found = match self.probes.get(&probe) {
-                        Some(p) if !p.settled => {
-                            self.inner
-                                .probe_rows(&decoded, &page, page_no, &slots, &p.key)?
-                        }
+                        Some(p) if !p.settled => self
+                            .inner
+                            .probe_rows(&decoded, &page, page_no, &slots, &p.key)?,
                         _ => Vec::new(),
                     };
                     self.add_rows(probe, &page.rows, found)?;
@@ -313,7 +338,13 @@ impl Join {
                 async move {
                     let rows = async {
                         let held = heap_page(&inner.table, page_no, &steps).await?;
-                        decode_rows(&inner.table, page_no, &held.page, &inner.decode_columns, None)
+                        decode_rows(
+                            &inner.table,
+                            page_no,
+                            &held.page,
+                            &inner.decode_columns,
+                            None,
+                        )
                     }
                     .await;
                     Job::Page(page_no, rows)
@@ -343,8 +374,8 @@ impl Join {
             return Ok(());
         }
         // The probe's share of the page's memory (the page is shared by its probes).
-        let bytes = page.get_array_memory_size() * rows.len() / page.num_rows().max(1)
-            + rows.len() * 4;
+        let bytes =
+            page.get_array_memory_size() * rows.len() / page.num_rows().max(1) + rows.len() * 4;
         self.grow(bytes)?;
         self.out_bytes += bytes;
         self.out.push_back(Work::Pairs {
