@@ -144,7 +144,9 @@ async fn reactor_loop(ring: Arc<Ring>, afd: AsyncFd<EventFd>, reaper: Arc<Reaper
         // SAFETY: reads 8 bytes into a buffer of 8 from a non-blocking eventfd.
         while unsafe { libc::read(afd.get_ref().0, count.as_mut_ptr().cast(), 8) } == 8 {}
         ready.clear_ready();
-        ring.reap(false);
+        // Waits for a reaper inside a submitting thread rather than skipping: completions it
+        // did not see were signalled to this task, and only this task is sure to come.
+        ring.reap(true);
         // Let the readers just woken run before the next batch.
         tokio::task::yield_now().await;
     }
