@@ -139,7 +139,7 @@ async fn sessions(
     data: &DataSet,
     engine: Engine,
     clients: usize,
-    pool_bytes: usize,
+    ooode_settings: &[String],
 ) -> Result<Vec<SessionContext>, BoxError> {
     let env = RuntimeEnvBuilder::new().build_arc()?;
     let mut out = Vec::with_capacity(clients);
@@ -179,7 +179,9 @@ async fn sessions(
             }
         }
         if engine == Engine::Ooode {
-            run_sql(&ctx, &format!("SET ooode.buffer_pool_bytes = {pool_bytes}")).await?;
+            for sql in ooode_settings {
+                run_sql(&ctx, sql).await?;
+            }
         }
         out.push(ctx);
     }
@@ -192,11 +194,11 @@ async fn run_point(
     engine: Engine,
     clients: usize,
     secs: f64,
-    pool_bytes: usize,
+    ooode_settings: &[String],
     points_only: bool,
 ) -> Result<Run, BoxError> {
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
-    let contexts = sessions(data, engine, clients, pool_bytes).await?;
+    let contexts = sessions(data, engine, clients, ooode_settings).await?;
     if engine == Engine::Ooode {
         // Settings take effect as a query is planned: one untimed query sizes the pool,
         // which then starts empty.
@@ -297,17 +299,22 @@ pub async fn run(
     data: &DataSet,
     clients: &[usize],
     secs: f64,
+    io_total: Option<usize>,
 ) -> Result<ConcurrencyReport, BoxError> {
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let data_bytes = table_bytes(data);
     // A pool far smaller than the data: the queries keep reading from the device.
     let pool_bytes = ((data_bytes / 16) as usize).max(16 << 20);
+    let mut settings = vec![format!("SET ooode.buffer_pool_bytes = {pool_bytes}")];
+    if let Some(n) = io_total {
+        settings.push(format!("SET ooode.max_outstanding_io_total = {n}"));
+    }
     let mut points = Vec::new();
     let (mut compared, mut mismatches) = (0, Vec::new());
     for &c in clients {
         let mut runs = Vec::new();
         for engine in [Engine::Ooode, Engine::Parquet] {
-            let run = run_point(data, engine, c, secs, pool_bytes, false).await?;
+            let run = run_point(data, engine, c, secs, &settings, false).await?;
             let p = &run.point;
             eprintln!(
                 "{:<20} {c:>3} clients: {:>7.1} q/s, p50 {:>7.1} ms, p99 {:>7.1} ms, \
@@ -328,7 +335,7 @@ pub async fn run(
         points.extend(runs.into_iter().map(|r| r.point));
     }
     for engine in [Engine::Ooode, Engine::Parquet] {
-        let run = run_point(data, engine, 1, secs, pool_bytes, true).await?;
+        let run = run_point(data, engine, 1, secs, &settings, true).await?;
         eprintln!(
             "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms",
             run.point.engine, run.point.point_p50_ms, run.point.point_p99_ms

@@ -54,7 +54,7 @@ impl DataSet {
 }
 
 /// What writing one table cost.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TableLoadReport {
     /// Table name.
     pub table: String,
@@ -209,9 +209,36 @@ pub fn ensure_dataset(data: &DataSet, force: bool) -> Result<Vec<TableLoadReport
             "ooode {:.1}s  parquet {:.1}s",
             report.ooode_secs, report.parquet_secs
         ));
+        record_load(data, &report)?;
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// The file keeping each table's load report beside the data, for later reports.
+fn load_record_path(data: &DataSet) -> PathBuf {
+    data.root.join("load.json")
+}
+
+/// Replaces `report`'s table in the data set's load record.
+fn record_load(data: &DataSet, report: &TableLoadReport) -> Result<(), BoxError> {
+    let mut all = recorded_loads(data);
+    all.retain(|r| r.table != report.table);
+    all.push(report.clone());
+    let path = load_record_path(data);
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&all)?)?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
+/// The load reports recorded for the data set's tables (empty when none was: data loaded
+/// before the record existed, or elsewhere).
+pub fn recorded_loads(data: &DataSet) -> Vec<TableLoadReport> {
+    std::fs::read(load_record_path(data))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
 }
 
 /// Renders load reports as a text table.

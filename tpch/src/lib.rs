@@ -12,5 +12,6 @@ pub mod job;
 pub mod paper;
 pub mod report;
 pub mod runner;
+pub mod scale;
 pub mod svg;
 pub mod tables;

@@ -91,6 +91,20 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// The Fig. 4 sweep and Q3'...Q17' at several scale factors (same selectivities), with load
+    /// times: how ooode's ratios to stock DataFusion move as the data grows. Writes scale.json
+    /// and plots.
+    Scale {
+        /// Scale factors, in the order run (data generated where missing).
+        #[arg(long, value_delimiter = ',', default_value = "1,10")]
+        sfs: Vec<f64>,
+        /// Time limit per query, seconds.
+        #[arg(long, default_value_t = 600)]
+        limit: u64,
+        /// Where scale.json and the plots go.
+        #[arg(long, default_value = "results/scale")]
+        out: PathBuf,
+    },
     /// Many clients at once, each a stream of selective queries for a fixed time from a cold
     /// start: ooode vs stock DataFusion on Parquet (queries per second, latency, device IOPS).
     Concurrency {
@@ -103,6 +117,9 @@ enum Command {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
+        /// ooode.max_outstanding_io_total for ooode's runtime (default: the setting's own).
+        #[arg(long)]
+        io_total: Option<usize>,
         /// Also write the measurements as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -235,6 +252,19 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 std::fs::write(path, serde_json::to_string_pretty(&reports)?)?;
             }
         }
+        Command::Scale { sfs, limit, out } => {
+            let sets: Vec<DataSet> = sfs
+                .iter()
+                .map(|&sf| DataSet::new(default_root(&PathBuf::from("data"), sf), sf))
+                .collect();
+            let queries_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("queries");
+            let report =
+                ooode_tpch::scale::run(&sets, &queries_dir, std::time::Duration::from_secs(limit))?;
+            println!("{}", ooode_tpch::scale::format_report(&report));
+            for path in ooode_tpch::scale::write(&report, &out)? {
+                println!("wrote {path}");
+            }
+        }
         Command::Fig4 {
             sf,
             n,
@@ -268,6 +298,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             sf,
             clients,
             seconds,
+            io_total,
             json,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
@@ -277,8 +308,9 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 .build()?;
             let heap = data.ooode_table("lineitem").join("heap.0.pages");
             let fio = ooode_tpch::report::machine_facts(&heap, 8192);
-            let report =
-                runtime.block_on(ooode_tpch::concurrency::run(&data, &clients, seconds))?;
+            let report = runtime.block_on(ooode_tpch::concurrency::run(
+                &data, &clients, seconds, io_total,
+            ))?;
             println!(
                 "Clients at once, TPC-H SF {sf}, {seconds} s each, cold start:\n{}",
                 ooode_tpch::concurrency::format_report(&report, fio.fio_iops_qd64)
