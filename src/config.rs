@@ -156,7 +156,8 @@ pub struct OoodeConfig {
     /// Most page reads in flight for one query.
     pub max_outstanding_io: usize,
     /// Most page reads in flight for all queries of a runtime together, shared fairly
-    /// between them.
+    /// between them. Also the device's queue: a read waits behind all of them, so the
+    /// default is about what one SSD needs for its full rate; raise it for an array.
     pub max_outstanding_io_total: usize,
     /// Index plans are used in `auto` when their estimated page reads are below this
     /// fraction of the pages a full scan reads.
@@ -178,7 +179,7 @@ impl Default for OoodeConfig {
             execution_mode: ExecutionMode::OutOfOrder,
             index_join: IndexJoinMode::Auto,
             max_outstanding_io: 256,
-            max_outstanding_io_total: 4096,
+            max_outstanding_io_total: 256,
             // 0.5 lets the Fig. 4 chain at 0.1 % of customers run on indexes, where it beat
             // the Parquet scans 1.5x cold and 3.5x hot at SF 1 on one SSD and 2 cores.
             index_cost_ratio: 0.5,
@@ -231,7 +232,9 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "max_outstanding_io_total",
         description: "Most page reads in flight for all queries of a runtime together, shared \
-                      fairly between the queries that want more",
+                      fairly between the queries that want more; every read waits behind them \
+                      in the device's queue (default 256, about one SSD's need; raise for an \
+                      array)",
         show: |c| c.max_outstanding_io_total.to_string(),
         set: |c, v| {
             c.max_outstanding_io_total = v.parse::<Bounded<1, MAX_READS_IN_FLIGHT>>()?.0;
