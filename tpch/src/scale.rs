@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::datagen::{DataSet, TableLoadReport, ensure_dataset, recorded_loads};
 use crate::fig4::Fig4Report;
 use crate::paper::PaperReport;
+use crate::report::{MachineFacts, fio_summary, machine_facts};
 use crate::svg::{Axis, Series, bar_chart, line_chart};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -25,6 +26,11 @@ pub struct ScaleRun {
     pub sf: f64,
     /// Load reports of its tables (empty when the data predates the record).
     pub load: Vec<TableLoadReport>,
+    /// fio on this SF's lineitem heap right before the Fig. 4 sweep and right after Q3'...Q17'
+    /// (the disk's rate drifts; cold ratios between SFs mean little without it).
+    pub disk_before: MachineFacts,
+    /// The same, after.
+    pub disk_after: MachineFacts,
     /// The Fig. 4 sweep.
     pub fig4: Fig4Report,
     /// Q3' ... Q17'.
@@ -55,6 +61,9 @@ pub fn run(sets: &[DataSet], queries_dir: &Path, limit: Duration) -> Result<Scal
         eprintln!("== SF {sf}: data");
         ensure_dataset(data, false)?;
         let ns: Vec<u64> = SHARES.iter().map(|&s| customers_at(s, sf)).collect();
+        let heap = data.ooode_table("lineitem").join("heap.0.pages");
+        eprintln!("== SF {sf}: fio before");
+        let disk_before = machine_facts(&heap, 8192);
         eprintln!("== SF {sf}: Fig. 4 sweep, N = {ns:?}");
         let fig4 = runtime.block_on(crate::fig4::run(data, &ns, limit, &[]))?;
         let mismatches = crate::fig4::mismatches(&fig4.points);
@@ -67,9 +76,13 @@ pub fn run(sets: &[DataSet], queries_dir: &Path, limit: Duration) -> Result<Scal
         if let Some(p) = paper.points.iter().find(|p| !p.same_result) {
             return Err(format!("SF {sf}: {} on {} differs", p.query, p.engine).into());
         }
+        eprintln!("== SF {sf}: fio after");
+        let disk_after = machine_facts(&heap, 8192);
         runs.push(ScaleRun {
             sf,
             load: recorded_loads(data),
+            disk_before,
+            disk_after,
             fig4,
             paper,
         });
@@ -128,6 +141,15 @@ pub fn format_report(report: &ScaleReport) -> String {
                 r.load.len()
             );
         }
+    }
+    out += "Disk, fio random 8 KiB reads of the lineitem heap, QD1 / QD64 IOPS, before / after:\n";
+    for r in &report.runs {
+        out += &format!(
+            "  SF {}: {} / {}\n",
+            r.sf,
+            fio_summary(&r.disk_before),
+            fio_summary(&r.disk_after)
+        );
     }
     let head = |first: &str| {
         let mut h = format!("{first:<12} {:>5}", "cache");
