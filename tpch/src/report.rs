@@ -91,14 +91,8 @@ pub struct RunReport {
 
 /// Writes `report.json` and the plots into `dir`; returns the files written.
 pub fn write(report: &RunReport, dir: &Path) -> Result<Vec<String>, BoxError> {
-    std::fs::create_dir_all(dir)?;
-    let mut written = Vec::new();
-    let mut put = |name: &str, text: String| -> Result<(), BoxError> {
-        let path = dir.join(name);
-        std::fs::write(&path, text)?;
-        written.push(path.display().to_string());
-        Ok(())
-    };
+    let mut files = ReportDir::create(dir)?;
+    let mut put = |name: &str, text: String| files.put(name, text);
     put("report.json", serde_json::to_string_pretty(report)?)?;
     put("fig5_time_vs_selectivity.svg", fig5(&report.fig4, "cold"))?;
     put(
@@ -113,7 +107,33 @@ pub fn write(report: &RunReport, dir: &Path) -> Result<Vec<String>, BoxError> {
     for (name, svg) in concurrency_plots(&report.concurrency, fio64) {
         put(name, svg)?;
     }
-    Ok(written)
+    Ok(files.written)
+}
+
+/// A directory report files are written into, keeping the paths written.
+pub struct ReportDir<'a> {
+    dir: &'a Path,
+    /// Paths written so far.
+    pub written: Vec<String>,
+}
+
+impl<'a> ReportDir<'a> {
+    /// Creates `dir` (and its parents) if missing.
+    pub fn create(dir: &'a Path) -> Result<Self, BoxError> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self {
+            dir,
+            written: Vec::new(),
+        })
+    }
+
+    /// Writes `text` to `name` in the directory.
+    pub fn put(&mut self, name: &str, text: String) -> Result<(), BoxError> {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text)?;
+        self.written.push(path.display().to_string());
+        Ok(())
+    }
 }
 
 /// Time vs selectivity, log-log, one line per engine.

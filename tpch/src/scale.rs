@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::datagen::{DataSet, TableLoadReport, ensure_dataset, recorded_loads};
 use crate::fig4::Fig4Report;
 use crate::paper::PaperReport;
-use crate::report::{MachineFacts, fio_summary, machine_facts};
+use crate::report::{MachineFacts, ReportDir, fio_summary, machine_facts};
 use crate::svg::{Axis, Series, bar_chart, line_chart};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -202,14 +202,8 @@ fn paper_queries(report: &ScaleReport) -> Vec<String> {
 
 /// Writes `scale.json` and the plots into `dir`; returns the paths written.
 pub fn write(report: &ScaleReport, dir: &Path) -> Result<Vec<String>, BoxError> {
-    std::fs::create_dir_all(dir)?;
-    let mut written = Vec::new();
-    let mut put = |name: &str, text: String| -> Result<(), BoxError> {
-        let path = dir.join(name);
-        std::fs::write(&path, text)?;
-        written.push(path.display().to_string());
-        Ok(())
-    };
+    let mut files = ReportDir::create(dir)?;
+    let mut put = |name: &str, text: String| files.put(name, text);
     put("scale.json", serde_json::to_string_pretty(report)?)?;
     for cache in ["cold", "hot"] {
         let mut series = Vec::new();
@@ -278,5 +272,5 @@ pub fn write(report: &ScaleReport, dir: &Path) -> Result<Vec<String>, BoxError> 
             &series,
         ),
     )?;
-    Ok(written)
+    Ok(files.written)
 }
