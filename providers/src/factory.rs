@@ -8,6 +8,7 @@ use datafusion::common::{Result, plan_err};
 use datafusion::logical_expr::CreateExternalTable;
 
 use crate::provider::OoodeTable;
+use crate::remote::is_store_option;
 
 /// Opens ooode tables named in `CREATE EXTERNAL TABLE ... STORED AS OOODE`.
 #[derive(Debug, Default)]
@@ -17,19 +18,26 @@ pub struct OoodeTableFactory;
 impl TableProviderFactory for OoodeTableFactory {
     async fn create(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         cmd: &CreateExternalTable,
     ) -> Result<Arc<dyn TableProvider>> {
         let [location] = cmd.locations.as_slice() else {
-            return plan_err!("STORED AS OOODE needs exactly one LOCATION: the table directory");
-        };
-        if let Some(key) = cmd.options.keys().find(|k| !k.starts_with("format.")) {
             return plan_err!(
-                "unknown option '{key}' for an OOODE table (it takes none when reading)"
+                "STORED AS OOODE needs exactly one LOCATION: the table directory or URL"
+            );
+        };
+        if let Some(key) = cmd
+            .options
+            .keys()
+            .find(|k| !k.starts_with("format.") && !is_store_option(k))
+        {
+            return plan_err!(
+                "unknown option '{key}' for an OOODE table (reading takes only object store \
+                 options: aws.*, ...)"
             );
         }
-        let path = location.strip_prefix("file://").unwrap_or(location);
-        let table = OoodeTable::open(path)?;
+        let path = location.as_str();
+        let table = OoodeTable::open_location(state, location, &cmd.options).await?;
         // A column list, if given, must be the table's own.
         let given = cmd.schema.as_arrow();
         if !given.fields().is_empty() {

@@ -31,9 +31,11 @@
 pub mod factory;
 pub mod provider;
 pub mod register;
+pub mod remote;
+pub mod upload;
 pub mod writer;
 
 pub use factory::OoodeTableFactory;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, ooode_runtime, with_ooode};
-pub use writer::{OoodeCopyOptions, OoodeFormatFactory, OoodeWriteExec};
+pub use writer::{Destination, OoodeCopyOptions, OoodeFormatFactory, OoodeWriteExec};

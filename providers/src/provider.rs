@@ -12,7 +12,7 @@ use datafusion::datasource::TableType;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use ooode::access::{OoodeRuntime, QueryIo, to_df};
+use ooode::access::{OoodeRuntime, QueryIo, RemoteTable, to_df};
 use ooode::config::OoodeConfig;
 use ooode::exec::OoodeScanExec;
 use ooode::optimizer::read_ahead;
@@ -26,7 +26,7 @@ use ooode::storage::Table;
 /// scan where an index applies.
 #[derive(Debug)]
 pub struct OoodeTable {
-    dir: PathBuf,
+    location: Location,
     name: String,
     schema: SchemaRef,
     rows: u64,
@@ -34,27 +34,70 @@ pub struct OoodeTable {
     columnar: parking_lot::Mutex<Option<Arc<ColumnarFile>>>,
 }
 
+/// Where a table lives.
+#[derive(Debug)]
+enum Location {
+    /// A local directory (opened again per execution mode by the runtime).
+    Local(PathBuf),
+    /// Object storage: opened once (manifest, object sizes and versions), kept here.
+    Remote(Arc<RemoteTable>),
+}
+
+fn table_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string())
+}
+
 impl OoodeTable {
     /// Opens the table in `dir` (checking its manifest and files).
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         let table = Table::open(&dir).map_err(to_df)?;
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| dir.display().to_string());
         Ok(Self {
             schema: table.schema().clone(),
             rows: table.manifest().row_count,
             columnar: Default::default(),
-            dir,
-            name,
+            name: table_name(&dir),
+            location: Location::Local(dir),
         })
     }
 
-    /// Table directory.
+    /// Opens the table at `location`: a directory (or `file://` URL), or a URL in object
+    /// storage (`s3://bucket/path/t`, ...) whose store is the session's, or one built from the
+    /// `aws.*` entries of `options` (see [`crate::remote`]).
+    pub async fn open_location(
+        state: &dyn Session,
+        location: &str,
+        options: &std::collections::HashMap<String, String>,
+    ) -> Result<Self> {
+        if !crate::remote::is_remote(location) {
+            return Self::open(location.strip_prefix("file://").unwrap_or(location));
+        }
+        let (store_url, _) = ooode::access::remote::split_url(location).map_err(to_df)?;
+        let store = crate::remote::store_for(state, &store_url, options)?;
+        Self::open_remote(store, location).await
+    }
+
+    /// Opens the table at `url` in `store` (`s3://bucket/path/t`).
+    pub async fn open_remote(store: Arc<dyn object_store::ObjectStore>, url: &str) -> Result<Self> {
+        let remote = RemoteTable::open(store, url).await.map_err(to_df)?;
+        let table = remote.table();
+        Ok(Self {
+            schema: table.schema().clone(),
+            rows: table.manifest().row_count,
+            columnar: Default::default(),
+            name: table_name(table.dir()),
+            location: Location::Remote(Arc::new(remote)),
+        })
+    }
+
+    /// Table directory (for a table in object storage, its URL).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        match &self.location {
+            Location::Local(dir) => dir,
+            Location::Remote(r) => r.url(),
+        }
     }
 
     /// DataFusion's own Parquet scan of the table's columnar copy: the plan a ListingTable of
@@ -78,7 +121,11 @@ impl OoodeTable {
         let group = FileGroup::new(vec![part]).with_statistics(stats.clone());
         let format = ParquetFormat::default();
         let source = format.file_source(TableSchema::from(self.schema.clone()));
-        let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
+        let store_url = match &self.location {
+            Location::Local(_) => ObjectStoreUrl::local_filesystem(),
+            Location::Remote(r) => ObjectStoreUrl::parse(r.store_url())?,
+        };
+        let config = FileScanConfigBuilder::new(store_url, source)
             .with_file_groups(vec![group])
             .with_statistics(stats.as_ref().clone())
             .with_projection_indices(Some(projection.to_vec()))?
@@ -89,8 +136,9 @@ impl OoodeTable {
 
     /// The columnar copy's object metadata and statistics, read once per version of the file.
     async fn columnar_file(&self, state: &dyn Session, file: &Path) -> Result<Arc<ColumnarFile>> {
-        use datafusion::datasource::file_format::FileFormat;
-        use datafusion::datasource::file_format::parquet::ParquetFormat;
+        if let Location::Remote(remote) = &self.location {
+            return self.remote_columnar_file(state, remote, file).await;
+        }
         let io_err = |e: std::io::Error| {
             DataFusionError::Execution(format!(
                 "ooode table {}: {}: {e}",
@@ -112,8 +160,42 @@ impl OoodeTable {
             .runtime_env()
             .object_store(ObjectStoreUrl::local_filesystem())?;
         let meta = object_store::ObjectStoreExt::head(&store, &location).await?;
+        self.keep_columnar(state, &store, stamp, meta).await
+    }
+
+    /// The columnar copy of a table in object storage: its size is known from opening the
+    /// table (immutable since), so its statistics are read once, with no HEAD per query.
+    async fn remote_columnar_file(
+        &self,
+        state: &dyn Session,
+        remote: &RemoteTable,
+        file: &Path,
+    ) -> Result<Arc<ColumnarFile>> {
+        if let Some(known) = self.columnar.lock().as_ref() {
+            return Ok(known.clone());
+        }
+        let meta = object_store::ObjectMeta {
+            location: remote.object_path(file).map_err(to_df)?,
+            last_modified: Default::default(),
+            size: remote.table().columnar_bytes().unwrap_or(0),
+            e_tag: remote.version(file).map(str::to_string),
+            version: None,
+        };
+        let stamp = (meta.size, std::time::SystemTime::UNIX_EPOCH);
+        self.keep_columnar(state, remote.store(), stamp, meta).await
+    }
+
+    async fn keep_columnar(
+        &self,
+        state: &dyn Session,
+        store: &Arc<dyn object_store::ObjectStore>,
+        stamp: (u64, std::time::SystemTime),
+        meta: object_store::ObjectMeta,
+    ) -> Result<Arc<ColumnarFile>> {
+        use datafusion::datasource::file_format::FileFormat;
+        use datafusion::datasource::file_format::parquet::ParquetFormat;
         let statistics = ParquetFormat::default()
-            .infer_stats_and_ordering(state, &store, self.schema.clone(), &meta)
+            .infer_stats_and_ordering(state, store, self.schema.clone(), &meta)
             .await?
             .statistics;
         let known = Arc::new(ColumnarFile {
@@ -165,9 +247,11 @@ impl TableProvider for OoodeTable {
         let config = ooode_config(state);
         let runtime = OoodeRuntime::for_env(state.runtime_env());
         runtime.configure(&config);
-        let table = runtime
-            .table(&self.dir, config.execution_mode, config.direct_io)
-            .map_err(to_df)?;
+        let table = match &self.location {
+            Location::Local(dir) => runtime.table(dir, config.execution_mode, config.direct_io),
+            Location::Remote(remote) => runtime.remote_table(remote, config.execution_mode),
+        }
+        .map_err(to_df)?;
         let projection = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
@@ -202,7 +286,7 @@ impl TableProvider for OoodeTable {
         match columnar_file {
             Some(file) if config.columnar_scan => {
                 let parquet = self
-                    .parquet_scan(state, &self.dir.join(file), &projection, limit)
+                    .parquet_scan(state, &self.dir().join(file), &projection, limit)
                     .await?;
                 Ok(Arc::new(scan.with_columnar(parquet)))
             }

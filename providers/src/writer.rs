@@ -117,9 +117,13 @@ fn columns(list: &str) -> Vec<String> {
 }
 
 /// Parses `COPY ... OPTIONS` into load options; unknown keys are errors naming the key.
+/// Object store options (`aws.*`, ...) are left to [`crate::remote`].
 pub fn load_options(options: &HashMap<String, String>) -> Result<LoadOptions> {
     let mut load = LoadOptions::default();
     for (key, value) in options {
+        if crate::remote::is_store_option(key) {
+            continue;
+        }
         match key.as_str() {
             "ooode.clustering_key" => load.clustering_key = columns(value),
             "ooode.indexes" => {
@@ -187,12 +191,18 @@ impl FileFormatFactory for OoodeFormatFactory {
     ) -> Result<Arc<dyn FileFormat>> {
         Ok(Arc::new(OoodeFormat {
             options: load_options(format_options)?,
+            store_options: format_options
+                .iter()
+                .filter(|(k, _)| crate::remote::is_store_option(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }))
     }
 
     fn default(&self) -> Arc<dyn FileFormat> {
         Arc::new(OoodeFormat {
             options: LoadOptions::default(),
+            store_options: HashMap::new(),
         })
     }
 }
@@ -202,6 +212,8 @@ impl FileFormatFactory for OoodeFormatFactory {
 #[derive(Debug)]
 pub struct OoodeFormat {
     options: LoadOptions,
+    /// `aws.*` and other object store options, for a destination in object storage.
+    store_options: HashMap<String, String>,
 }
 
 #[async_trait]
@@ -270,12 +282,29 @@ impl FileFormat for OoodeFormat {
             options.memory_budget = options.memory_budget.min(config.buffer_pool_bytes);
         }
         // Fail now, before any row is read, on bad columns, types or options.
-        drop_probe(dest, input.schema(), &options)?;
-        Ok(Arc::new(OoodeWriteExec::new(
-            input,
-            PathBuf::from(dest),
-            options,
-        )))
+        let dest = if crate::remote::is_remote(dest) {
+            if !options.data_paths.is_empty() {
+                return plan_err!(
+                    "ooode.data_paths stripes pages over local directories; a table in object \
+                     storage cannot use it"
+                );
+            }
+            check_options(input.schema(), &options)?;
+            let url = dest.trim_end_matches('/').to_string();
+            let (store_url, prefix) = ooode::access::remote::split_url(&url).map_err(to_df)?;
+            let store = crate::remote::store_for(state, &store_url, &self.store_options)?;
+            if !options.replace && crate::upload::table_exists(&store, &url, &prefix).await? {
+                return plan_err!(
+                    "an ooode table already exists at {url}; add OPTIONS ('ooode.replace' \
+                     'true') to replace it"
+                );
+            }
+            Destination::Remote { url, store, prefix }
+        } else {
+            drop_probe(dest, input.schema(), &options)?;
+            Destination::Local(PathBuf::from(dest))
+        };
+        Ok(Arc::new(OoodeWriteExec::new(input, dest, options)))
     }
 
     fn file_source(&self, table_schema: TableSchema) -> Arc<dyn FileSource> {
@@ -285,7 +314,7 @@ impl FileFormat for OoodeFormat {
 }
 
 /// Validates schema and options by starting a writer in a scratch directory.
-fn drop_probe(dest: &str, schema: SchemaRef, options: &LoadOptions) -> Result<()> {
+fn check_options(schema: SchemaRef, options: &LoadOptions) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!(
         "ooode-probe-{}-{}",
         std::process::id(),
@@ -298,7 +327,13 @@ fn drop_probe(dest: &str, schema: SchemaRef, options: &LoadOptions) -> Result<()
     };
     let result = TableWriter::create(scratch.join("t"), schema, probe).map(drop);
     let _ = std::fs::remove_dir_all(&scratch);
-    result.map_err(to_df)?;
+    result.map_err(to_df)
+}
+
+/// Validates schema and options, and that a local destination holds no table (unless
+/// replacing).
+fn drop_probe(dest: &str, schema: SchemaRef, options: &LoadOptions) -> Result<()> {
+    check_options(schema, options)?;
     let dest = std::path::Path::new(dest);
     if dest.join("manifest.json").exists() && !options.replace {
         return plan_err!(
@@ -316,18 +351,43 @@ fn rand_suffix() -> u128 {
         .unwrap_or(0)
 }
 
+/// Where a load goes.
+#[derive(Debug, Clone)]
+pub enum Destination {
+    /// A local table directory.
+    Local(PathBuf),
+    /// A table URL in object storage: loaded in a local staging directory, then uploaded.
+    Remote {
+        /// `s3://bucket/path/t`.
+        url: String,
+        /// Its store.
+        store: Arc<dyn ObjectStore>,
+        /// The table's object prefix in the store.
+        prefix: object_store::path::Path,
+    },
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Destination::Local(dir) => write!(f, "{}", dir.display()),
+            Destination::Remote { url, .. } => write!(f, "{url}"),
+        }
+    }
+}
+
 /// Loads the rows of its input into an ooode table; outputs one row: the row count.
 #[derive(Debug)]
 pub struct OoodeWriteExec {
     input: Arc<dyn ExecutionPlan>,
-    dest: PathBuf,
+    dest: Destination,
     options: LoadOptions,
     properties: Arc<PlanProperties>,
 }
 
 impl OoodeWriteExec {
-    /// A write of `input` to the table directory `dest`.
-    pub fn new(input: Arc<dyn ExecutionPlan>, dest: PathBuf, options: LoadOptions) -> Self {
+    /// A write of `input` to the table `dest`.
+    pub fn new(input: Arc<dyn ExecutionPlan>, dest: Destination, options: LoadOptions) -> Self {
         let schema = Arc::new(Schema::new(vec![Field::new(
             "count",
             DataType::UInt64,
@@ -353,7 +413,7 @@ impl DisplayAs for OoodeWriteExec {
         write!(
             f,
             "OoodeWriteExec: dest={}, clustering_key=[{}], indexes={:?}",
-            self.dest.display(),
+            self.dest,
             self.options.clustering_key.join(", "),
             self.options.indexes
         )
@@ -411,6 +471,7 @@ impl ExecutionPlan for OoodeWriteExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let (input, dest, options) = (self.input.clone(), self.dest.clone(), self.options.clone());
+        let replace = options.replace;
         let schema = self.schema();
         let out_schema = schema.clone();
         let fut = async move {
@@ -418,7 +479,27 @@ impl ExecutionPlan for OoodeWriteExec {
             // the writer unfinished, which removes everything it wrote.
             let (tx, rx) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(4);
             let in_schema = input.schema();
-            let writer_dest = dest.clone();
+            // A table for object storage is loaded here first, then uploaded.
+            let staging = match &dest {
+                Destination::Local(_) => None,
+                Destination::Remote { .. } => Some(
+                    tempfile::Builder::new()
+                        .prefix("ooode-upload-")
+                        .tempdir()
+                        .map_err(|e| {
+                            DataFusionError::Execution(format!(
+                                "create a staging directory in {}: {e}",
+                                std::env::temp_dir().display()
+                            ))
+                        })?,
+                ),
+            };
+            let writer_dest = match (&dest, &staging) {
+                (Destination::Local(dir), _) => dir.clone(),
+                (_, Some(tmp)) => tmp.path().join("t"),
+                (_, None) => unreachable!("a remote destination has a staging directory"),
+            };
+            let staged = writer_dest.clone();
             // Sorting, page writing and fsync are blocking work: a thread of their own.
             let writer = tokio::task::spawn_blocking(move || {
                 let mut w = TableWriter::create(&writer_dest, in_schema, options)?;
@@ -465,7 +546,14 @@ impl ExecutionPlan for OoodeWriteExec {
                         "the table writer stopped".into(),
                     )
                 })?;
-            OoodeRuntime::forget_table_everywhere(&dest);
+            match &dest {
+                Destination::Local(dir) => OoodeRuntime::forget_table_everywhere(dir),
+                Destination::Remote { url, store, prefix } => {
+                    crate::upload::upload_table(&staged, store, url, prefix, replace).await?;
+                    OoodeRuntime::forget_table_everywhere(std::path::Path::new(url));
+                }
+            }
+            drop(staging);
             Ok(RecordBatch::try_new(
                 out_schema,
                 vec![Arc::new(UInt64Array::from(vec![manifest.row_count]))],

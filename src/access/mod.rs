@@ -15,6 +15,7 @@
 pub mod admission;
 pub mod budget;
 pub mod plan_time;
+pub mod remote;
 pub mod runtime;
 pub mod steps;
 pub mod table_io;
@@ -22,6 +23,7 @@ pub mod table_io;
 pub use admission::{Admission, Permit};
 pub use budget::QueryIo;
 pub use plan_time::{IndexRanges, ReadAhead, ScanEstimate};
+pub use remote::RemoteTable;
 pub use runtime::OoodeRuntime;
 pub use steps::{HeldPage, StepCtx, to_df};
 pub use table_io::{Counters, TableIo};

@@ -25,9 +25,12 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use parking_lot::Mutex;
 
 use super::admission::Admission;
+use super::remote::RemoteTable;
 use super::table_io::TableIo;
 use crate::config::{ExecutionMode, OoodeConfig};
-use crate::io::{BufferPool, IoEngine, PoolMemory, Recycler, SyncEngine, default_engine};
+use crate::io::{
+    BufferPool, IoEngine, ObjectStoreEngine, PoolMemory, Recycler, SyncEngine, default_engine,
+};
 use crate::storage::{Result, Table};
 
 /// Most reads one ring of an io_uring engine keeps in flight; admission keeps all queries
@@ -43,6 +46,8 @@ pub struct OoodeRuntime {
     memory: Arc<dyn MemoryPool>,
     engines: Mutex<HashMap<(ExecutionMode, bool), Arc<dyn IoEngine>>>,
     tables: Mutex<HashMap<(PathBuf, ExecutionMode, bool), Arc<TableIo>>>,
+    /// Engines of object stores, by store URL (`s3://bucket`).
+    object_engines: Mutex<HashMap<String, Arc<dyn IoEngine>>>,
     /// (configured pool bytes, memory fraction) last applied.
     applied: Mutex<Option<(usize, u64)>>,
 }
@@ -100,6 +105,7 @@ impl OoodeRuntime {
             memory,
             engines: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
+            object_engines: Mutex::new(HashMap::new()),
             applied: Mutex::new(None),
         }
     }
@@ -167,7 +173,48 @@ impl OoodeRuntime {
 
     /// Engines made so far.
     pub fn engines(&self) -> Vec<Arc<dyn IoEngine>> {
-        self.engines.lock().values().cloned().collect()
+        let mut all: Vec<_> = self.engines.lock().values().cloned().collect();
+        all.extend(self.object_engines.lock().values().cloned());
+        all
+    }
+
+    /// The engine reading objects of `remote`'s store (one per store, for both modes: in
+    /// order is a budget of one read, not another engine).
+    fn object_engine(&self, remote: &RemoteTable) -> Result<Arc<dyn IoEngine>> {
+        let mut engines = self.object_engines.lock();
+        if let Some(e) = engines.get(remote.store_url()) {
+            return Ok(e.clone());
+        }
+        let engine: Arc<dyn IoEngine> = Arc::new(ObjectStoreEngine::try_new(
+            remote.store().clone(),
+            remote.store_url(),
+            ENGINE_MAX_IN_FLIGHT,
+            self.recycler.clone(),
+        )?);
+        engines.insert(remote.store_url().to_string(), engine.clone());
+        Ok(engine)
+    }
+
+    /// The table in object storage `remote`, for reading in `mode`.
+    pub fn remote_table(&self, remote: &RemoteTable, mode: ExecutionMode) -> Result<Arc<TableIo>> {
+        let key = (remote.url().to_path_buf(), mode, false);
+        if let Some(t) = self.tables.lock().get(&key)
+            && Arc::ptr_eq(t.table(), remote.table())
+        {
+            return Ok(t.clone());
+        }
+        let pool = self.pool.clone();
+        let io = Arc::new(TableIo::open_with_keys(
+            remote.table().clone(),
+            self.object_engine(remote)?,
+            self.pool.clone(),
+            &|path| {
+                let version = remote.version(path).unwrap_or("");
+                Ok(pool.object_key(&path.to_string_lossy(), version))
+            },
+        )?);
+        self.tables.lock().insert(key, io.clone());
+        Ok(io)
     }
 
     /// The table in `dir`, opened for reading in `mode` (a table is opened once per mode).

@@ -91,7 +91,7 @@ const PINNED_BYTES: u64 = 64 << 20;
 impl SegmentFiles {
     fn open(
         engine: &dyn IoEngine,
-        pool: &BufferPool,
+        pool_key: &dyn Fn(&Path) -> Result<FileId>,
         segment: &SegmentReader,
         name: &str,
         leaf_pages: u64,
@@ -107,7 +107,7 @@ impl SegmentFiles {
             .collect::<Result<Vec<_>>>()?;
         let pool_keys = paths
             .iter()
-            .map(|p| pool.file_key(p))
+            .map(|p| pool_key(p))
             .collect::<Result<Vec<_>>>()?;
         let pages = segment.pages();
         let page_bytes = striping.page_size as u64;
@@ -153,15 +153,27 @@ pub struct TableIo {
 }
 
 impl TableIo {
-    /// Opens the files of `table` in `engine`.
+    /// Opens the files of the local `table` in `engine`.
     pub fn open(
         table: Arc<Table>,
         engine: Arc<dyn IoEngine>,
         pool: Arc<BufferPool>,
     ) -> Result<Self> {
+        let keys = pool.clone();
+        Self::open_with_keys(table, engine, pool, &|p| keys.file_key(p))
+    }
+
+    /// Opens the files of `table` in `engine`, with `pool_key` naming each file in the buffer
+    /// pool (for a table in object storage: the object's URL and version).
+    pub fn open_with_keys(
+        table: Arc<Table>,
+        engine: Arc<dyn IoEngine>,
+        pool: Arc<BufferPool>,
+        pool_key: &dyn Fn(&Path) -> Result<FileId>,
+    ) -> Result<Self> {
         let heap = SegmentFiles::open(
             engine.as_ref(),
-            &pool,
+            pool_key,
             table.heap(),
             crate::storage::loader::HEAP_SEGMENT,
             0,
@@ -173,7 +185,7 @@ impl TableIo {
             .map(|i| {
                 SegmentFiles::open(
                     engine.as_ref(),
-                    &pool,
+                    pool_key,
                     &i.segment,
                     &i.meta.segment,
                     i.meta.tree.leaf_pages,

@@ -1,5 +1,16 @@
-//! Page reads from an object store (S3, GCS, Azure, or a local directory) as ranged GETs, so the
-//! same executor runs over data kept in object storage.
+//! Page reads from an object store (S3, GCS, Azure, HTTP, or a local directory): one ranged
+//! GET per page, so the same executor runs over tables kept in object storage.
+//!
+//! ```text
+//!   read(file, offset, len) ──spawn──> the engine's own I/O runtime: GET bytes=offset..+len
+//!        ReadFuture <── page (a recycled aligned buffer) ──┘   (dropped early: request aborted)
+//! ```
+//!
+//! Requests run on a runtime of the engine's own, not on the caller's: the optimizer waits
+//! for its range counts while blocking a worker of the query runtime, and requests that needed
+//! that runtime's reactor would then never finish. How many requests are in flight is decided
+//! by the caller's admission and budget, as for local reads; object_store's `get_ranges`
+//! (10 requests at a time) is not used.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,52 +20,115 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parking_lot::RwLock;
 
-use super::buf::PageBuf;
+use super::buf::{PageBuf, Recycler};
 use super::metrics::IoMetrics;
 use super::{FileId, IoEngine, ReadFuture};
-use crate::storage::page::AlignedBuf;
 use crate::storage::{Result, StorageError};
 
-/// Reads pages with `get_range` / `get_ranges` on an [`ObjectStore`].
+/// Reads pages with one `get_range` per page on an [`ObjectStore`].
 #[derive(Debug)]
 pub struct ObjectStoreEngine {
     store: Arc<dyn ObjectStore>,
-    /// Maps a local table path to its object location: the path relative to `root`.
+    /// Maps a file's path to its object: the path relative to `root` (a directory, or a URL
+    /// such as `s3://bucket` whose paths are `s3://bucket/key`).
     root: PathBuf,
     files: RwLock<Vec<(PathBuf, ObjectPath)>>,
     metrics: Arc<IoMetrics>,
     max_in_flight: usize,
+    recycler: Arc<Recycler>,
+    requests: RequestRuntime,
+}
+
+/// The runtime the engine's requests run on; shut down without waiting when the engine goes
+/// (it may be dropped inside another runtime, where a blocking shutdown is not allowed).
+#[derive(Debug)]
+struct RequestRuntime(Option<tokio::runtime::Runtime>);
+
+impl RequestRuntime {
+    fn new() -> Result<Self> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ooode-object-store")
+            .enable_all()
+            .build()
+            .map(|rt| Self(Some(rt)))
+            .map_err(|e| StorageError::io("<object store runtime>", "start", e))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime lives until drop").handle()
+    }
+}
+
+impl Drop for RequestRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Aborts a spawned request when the read waiting for it is dropped (a cancelled query).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl ObjectStoreEngine {
     /// An engine reading the files under `root` from `store`, where the file `root/a/b` is the
-    /// object `a/b`.
+    /// object `a/b`; `max_in_flight` is what it reports as its depth (admission decides).
+    ///
+    /// # Panics
+    /// If the engine's request runtime cannot be started (no threads left); see
+    /// [`ObjectStoreEngine::try_new`].
     pub fn new(
         store: Arc<dyn ObjectStore>,
         root: impl Into<PathBuf>,
         max_in_flight: usize,
     ) -> Self {
-        Self {
+        Self::try_new(store, root, max_in_flight, Recycler::new(0))
+            .expect("start the object store engine's runtime")
+    }
+
+    /// As [`ObjectStoreEngine::new`], with page buffers from (and back to) `recycler`.
+    pub fn try_new(
+        store: Arc<dyn ObjectStore>,
+        root: impl Into<PathBuf>,
+        max_in_flight: usize,
+        recycler: Arc<Recycler>,
+    ) -> Result<Self> {
+        Ok(Self {
             store,
             root: root.into(),
             files: RwLock::new(Vec::new()),
             metrics: IoMetrics::new(),
             max_in_flight,
-        }
+            recycler,
+            requests: RequestRuntime::new()?,
+        })
     }
 
-    fn location(&self, file: FileId) -> Option<ObjectPath> {
-        self.files.read().get(file.0 as usize).map(|f| f.1.clone())
+    fn file(&self, file: FileId) -> Option<(PathBuf, ObjectPath)> {
+        self.files.read().get(file.0 as usize).cloned()
     }
 }
 
-fn to_page(bytes: &[u8], len: usize, path: &Path, offset: u64) -> Result<PageBuf> {
-    if bytes.len() < len {
-        return Err(super::files::short_read(path, offset, len, bytes.len()));
-    }
-    let mut buf = AlignedBuf::zeroed(len);
-    buf.copy_from_slice(&bytes[..len]);
-    Ok(PageBuf::new(buf, None))
+/// The error of a failed GET, naming the object and the bytes asked for.
+fn get_error(path: &Path, offset: u64, len: usize, e: object_store::Error) -> StorageError {
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
+        _ => std::io::ErrorKind::Other,
+    };
+    StorageError::io(
+        path,
+        format!("GET bytes {offset}..{}", offset + len as u64),
+        std::io::Error::new(kind, e),
+    )
 }
 
 impl IoEngine for ObjectStoreEngine {
@@ -71,6 +145,9 @@ impl IoEngine for ObjectStoreEngine {
             ))
         })?;
         let location = ObjectPath::from(rel.to_string_lossy().as_ref());
+        if let Some(i) = self.files.read().iter().position(|f| f.0 == path) {
+            return Ok(FileId(i as u32));
+        }
         let mut files = self.files.write();
         if let Some(i) = files.iter().position(|f| f.0 == path) {
             return Ok(FileId(i as u32));
@@ -80,91 +157,45 @@ impl IoEngine for ObjectStoreEngine {
     }
 
     fn path(&self, file: FileId) -> PathBuf {
-        self.files
-            .read()
-            .get(file.0 as usize)
-            .map(|f| f.0.clone())
-            .unwrap_or_default()
+        self.file(file).map(|f| f.0).unwrap_or_default()
     }
 
     fn read(&self, file: FileId, offset: u64, len: usize) -> ReadFuture {
-        let store = self.store.clone();
-        let location = self.location(file);
-        let path = self.path(file);
-        let metrics = self.metrics.clone();
-        async move {
-            let location = location.ok_or_else(|| {
-                StorageError::InvalidArgument(format!("file id {} was not opened", file.0))
-            })?;
-            let guard = metrics.start_read();
+        let Some((path, location)) = self.file(file) else {
+            let e = StorageError::InvalidArgument(format!("file id {} was not opened", file.0));
+            return futures::future::ready(Err(e)).boxed();
+        };
+        let (store, recycler) = (self.store.clone(), self.recycler.clone());
+        let guard = self.metrics.start_read();
+        let request = self.requests.handle().spawn(async move {
             let got = store
                 .get_range(&location, offset..offset + len as u64)
-                .await;
-            let page = got
-                .map_err(|e| {
-                    StorageError::io(
-                        &path,
-                        format!("GET {len} bytes at {offset}"),
-                        std::io::Error::other(e),
-                    )
-                })
-                .and_then(|bytes| to_page(&bytes, len, &path, offset));
+                .await
+                .map_err(|e| get_error(&path, offset, len, e));
+            let page = got.and_then(|bytes| {
+                if bytes.len() < len {
+                    return Err(super::files::short_read(&path, offset, len, bytes.len()));
+                }
+                let mut buf = recycler.get(len);
+                buf.copy_from_slice(&bytes[..len]);
+                Ok(PageBuf::new(buf, Some(recycler)))
+            });
             guard.finish(page.as_ref().ok().map(|_| len));
             page
+        });
+        let abort = AbortOnDrop(request.abort_handle());
+        async move {
+            let out = request.await;
+            drop(abort);
+            out.unwrap_or_else(|e| {
+                Err(StorageError::io(
+                    "<object store request>",
+                    "GET",
+                    std::io::Error::other(e),
+                ))
+            })
         }
         .boxed()
-    }
-
-    fn read_batch(&self, reads: &[(FileId, u64, usize)]) -> Vec<ReadFuture> {
-        // One get_ranges call per file: stores coalesce nearby ranges into fewer requests.
-        let mut by_file: std::collections::BTreeMap<FileId, Vec<usize>> = Default::default();
-        for (i, r) in reads.iter().enumerate() {
-            by_file.entry(r.0).or_default().push(i);
-        }
-        let mut out: Vec<Option<ReadFuture>> = (0..reads.len()).map(|_| None).collect();
-        for (file, idxs) in by_file {
-            let ranges: Vec<_> = idxs
-                .iter()
-                .map(|&i| reads[i].1..reads[i].1 + reads[i].2 as u64)
-                .collect();
-            let store = self.store.clone();
-            let location = self.location(file);
-            let path = self.path(file);
-            let metrics = self.metrics.clone();
-            let guards: Vec<_> = idxs.iter().map(|_| metrics.start_read()).collect();
-            let batch = async move {
-                let location =
-                    location.ok_or_else(|| format!("file id {} was not opened", file.0))?;
-                store
-                    .get_ranges(&location, &ranges)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            .shared();
-            for (k, (&i, guard)) in idxs.iter().zip(guards).enumerate() {
-                let batch = batch.clone();
-                let (offset, len) = (reads[i].1, reads[i].2);
-                let path = path.clone();
-                out[i] = Some(
-                    async move {
-                        let page = match batch.await {
-                            Ok(parts) => to_page(&parts[k], len, &path, offset),
-                            Err(e) => Err(StorageError::io(
-                                &path,
-                                format!("GET {len} bytes at {offset}"),
-                                std::io::Error::other(e),
-                            )),
-                        };
-                        guard.finish(page.as_ref().ok().map(|_| len));
-                        page
-                    }
-                    .boxed(),
-                );
-            }
-        }
-        out.into_iter()
-            .map(|f| f.expect("every read assigned"))
-            .collect()
     }
 
     fn metrics(&self) -> &Arc<IoMetrics> {

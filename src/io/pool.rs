@@ -159,7 +159,7 @@ pub struct BufferPool {
     granted_now: AtomicUsize,
     /// Shard where the next eviction starts.
     evict_from: AtomicUsize,
-    file_keys: Mutex<HashMap<(u64, u64), FileId>>,
+    file_keys: Mutex<HashMap<FileIdentity, FileId>>,
     evictions: AtomicU64,
 }
 
@@ -242,6 +242,13 @@ pub fn default_budget() -> usize {
     }
 }
 
+/// What a pool key stands for: a local file (device and inode) or a version of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum FileIdentity {
+    Local(u64, u64),
+    Object(String),
+}
+
 /// What a request does after a miss.
 enum Next {
     Found(Found),
@@ -286,9 +293,19 @@ impl BufferPool {
     pub fn file_key(&self, path: &std::path::Path) -> Result<FileId> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, "stat", e))?;
+        Ok(self.key_of(FileIdentity::Local(meta.dev(), meta.ino())))
+    }
+
+    /// The pool's key of the object at `url` with version `version` (its e-tag or size and
+    /// modification time): a replaced object gets a new key, so its old pages are not served.
+    pub fn object_key(&self, url: &str, version: &str) -> FileId {
+        self.key_of(FileIdentity::Object(format!("{url}#{version}")))
+    }
+
+    fn key_of(&self, identity: FileIdentity) -> FileId {
         let mut keys = self.file_keys.lock();
         let next = FileId(keys.len() as u32);
-        Ok(*keys.entry((meta.dev(), meta.ino())).or_insert(next))
+        *keys.entry(identity).or_insert(next)
     }
 
     /// The byte budget.

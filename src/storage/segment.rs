@@ -132,11 +132,13 @@ impl PageSink for SegmentWriter {
 }
 
 /// Synchronous page reads of one segment (`pread`, through the OS cache). The tools' and tests'
-/// path; the executor reads through the I/O layer instead.
+/// path; the executor reads through the I/O layer instead. A segment in object storage has no
+/// local files: its sizes were checked when the table was opened, and only the I/O layer reads
+/// its pages.
 #[derive(Debug)]
 pub struct SegmentReader {
     striping: Striping,
-    files: Vec<(PathBuf, File)>,
+    files: Vec<(PathBuf, Option<File>)>,
     pages: u64,
 }
 
@@ -160,7 +162,36 @@ impl SegmentReader {
                     format!("file is truncated: {len} bytes, the manifest needs {want}"),
                 ));
             }
-            files.push((path, f));
+            files.push((path, Some(f)));
+        }
+        Ok(Self {
+            striping,
+            files,
+            pages,
+        })
+    }
+
+    /// A segment whose files are not local (object storage): `size_of` gives each file's
+    /// length (from a HEAD request); a missing or truncated file fails here, naming it.
+    pub fn remote(
+        name: &str,
+        striping: Striping,
+        pages: u64,
+        size_of: &dyn Fn(&Path) -> Result<u64>,
+    ) -> Result<Self> {
+        let mut files = Vec::with_capacity(striping.dirs.len());
+        for i in 0..striping.dirs.len() {
+            let path = striping.file(name, i);
+            let len = size_of(&path)?;
+            let want = striping.pages_in_path(pages, i) * striping.page_size as u64;
+            if len < want {
+                return Err(StorageError::corrupted(
+                    &path,
+                    None,
+                    format!("object is truncated: {len} bytes, the manifest needs {want}"),
+                ));
+            }
+            files.push((path, None));
         }
         Ok(Self {
             striping,
@@ -188,6 +219,12 @@ impl SegmentReader {
     pub fn read_page(&self, page: u64) -> Result<AlignedBuf> {
         let (i, offset) = self.striping.locate(page);
         let (path, file) = &self.files[i];
+        let Some(file) = file else {
+            return Err(StorageError::InvalidArgument(format!(
+                "{} is in object storage: its pages are read through the I/O layer",
+                path.display()
+            )));
+        };
         if page >= self.pages {
             return Err(StorageError::corrupted(
                 path,

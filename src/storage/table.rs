@@ -19,6 +19,9 @@ use super::manifest::{IndexMeta, MANIFEST_FILE, Manifest};
 use super::page::{PageKind, verify_page};
 use super::segment::{SegmentReader, Striping};
 
+/// The length of a table's object, named by its URL (for a table in object storage).
+pub type SizeOf<'a> = dyn Fn(&Path) -> Result<u64> + 'a;
+
 /// An index of an open table with its page files.
 #[derive(Debug)]
 pub struct IndexHandle {
@@ -62,6 +65,8 @@ pub struct Table {
     indexes: Vec<IndexHandle>,
     /// Size of the columnar (Parquet) copy when the table was opened, if it has one.
     columnar_bytes: Option<u64>,
+    /// In object storage.
+    remote: bool,
 }
 
 impl Table {
@@ -88,17 +93,46 @@ impl Table {
             }
             Err(e) => return Err(StorageError::io(&manifest_path, "read", e)),
         };
-        let manifest = Manifest::from_json(&text, &manifest_path)?;
+        Self::from_manifest(dir, &text, None)
+    }
+
+    /// Opens a table kept in object storage: `dir` is its URL (`s3://bucket/path/t`, used as
+    /// the directory its files are named under), `manifest_text` its manifest as fetched, and
+    /// `size_of` the length of each of its objects (from HEAD requests). A missing or
+    /// truncated object fails here, naming it. Its pages are read only through the I/O layer.
+    pub fn open_remote(
+        dir: PathBuf,
+        manifest_text: &str,
+        size_of: &dyn Fn(&Path) -> Result<u64>,
+    ) -> Result<Self> {
+        Self::from_manifest(dir, manifest_text, Some(size_of))
+    }
+
+    fn from_manifest(dir: PathBuf, text: &str, remote: Option<&SizeOf>) -> Result<Self> {
+        let manifest_path = dir.join(MANIFEST_FILE);
+        let manifest = Manifest::from_json(text, &manifest_path)?;
         let schema = manifest.schema(&manifest_path)?;
         let codec = HeapCodec::new(schema.clone(), manifest.page_size)?;
+        if remote.is_some() && manifest.data_paths.iter().any(|p| p != ".") {
+            return Err(StorageError::corrupted(
+                &manifest_path,
+                None,
+                "a table in object storage cannot stripe its pages over local data paths",
+            ));
+        }
         let striping = Striping {
             dirs: manifest.resolved_data_paths(&dir),
             page_size: manifest.page_size,
             stripe_pages: (manifest.stripe_unit / manifest.page_size) as u64,
         };
-        let heap = SegmentReader::open(HEAP_SEGMENT, striping.clone(), manifest.heap_pages)?;
-        let columnar_bytes = match &manifest.columnar {
-            Some(columnar) => {
+        let segment = |name: &str, pages: u64| match remote {
+            Some(size_of) => SegmentReader::remote(name, striping.clone(), pages, size_of),
+            None => SegmentReader::open(name, striping.clone(), pages),
+        };
+        let heap = segment(HEAP_SEGMENT, manifest.heap_pages)?;
+        let columnar_bytes = match (&manifest.columnar, remote) {
+            (Some(columnar), Some(size_of)) => Some(size_of(&dir.join(columnar))?),
+            (Some(columnar), None) => {
                 let path = dir.join(columnar);
                 match std::fs::metadata(&path) {
                     Ok(meta) if meta.is_file() => Some(meta.len()),
@@ -112,14 +146,14 @@ impl Table {
                     Err(e) => return Err(StorageError::io(&path, "open the columnar copy", e)),
                 }
             }
-            None => None,
+            (None, _) => None,
         };
         let indexes = manifest
             .indexes
             .iter()
             .map(|meta| {
                 Ok(IndexHandle {
-                    segment: SegmentReader::open(&meta.segment, striping.clone(), meta.tree.pages)?,
+                    segment: segment(&meta.segment, meta.tree.pages)?,
                     meta: meta.clone(),
                 })
             })
@@ -132,7 +166,13 @@ impl Table {
             heap,
             indexes,
             columnar_bytes,
+            remote: remote.is_some(),
         })
+    }
+
+    /// Whether the table lives in object storage (its `dir` is then a URL).
+    pub fn is_remote(&self) -> bool {
+        self.remote
     }
 
     /// Size in bytes of the table's columnar (Parquet) copy, if it has one (tables are

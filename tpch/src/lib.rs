@@ -12,6 +12,7 @@ pub mod job;
 pub mod paper;
 pub mod report;
 pub mod runner;
+pub mod s3;
 pub mod scale;
 pub mod svg;
 pub mod tables;

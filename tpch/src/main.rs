@@ -147,6 +147,19 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         processes: usize,
     },
+    /// An S3-compatible server (s3s-fs) over a directory on a loopback port, for the object
+    /// storage tests and benchmark; prints `listening on <endpoint>`, stops when stdin closes.
+    #[command(hide = true)]
+    S3Server {
+        #[arg(long)]
+        root: PathBuf,
+        /// Delay added in front of every request, milliseconds.
+        #[arg(long, default_value_t = 0.0)]
+        latency_ms: f64,
+        /// Uniform jitter around that delay, milliseconds.
+        #[arg(long, default_value_t = 0.0)]
+        jitter_ms: f64,
+    },
     /// One fresh process's first query (used by `fresh`); prints one JSON line.
     #[command(hide = true)]
     FirstQuery {
@@ -338,6 +351,21 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             ensure_dataset(&data, false)?;
             let report = ooode_tpch::fresh::run(&data, n, processes)?;
             println!("{}", ooode_tpch::fresh::format_report(&report));
+        }
+        Command::S3Server {
+            root,
+            latency_ms,
+            jitter_ms,
+        } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            let latency = ooode_tpch::s3::Latency {
+                mean_ms: latency_ms,
+                jitter_ms,
+            };
+            runtime.block_on(ooode_tpch::s3::serve(&root, latency))?;
         }
         Command::FirstQuery { sf, dir, engine, n } => {
             let data = DataSet::new(dir, sf);

@@ -1,0 +1,124 @@
+//! The object store of a table URL (`s3://bucket/path/t`): the one registered in the session's
+//! `RuntimeEnv` (as datafusion-cli registers one for `CREATE EXTERNAL TABLE ... OPTIONS
+//! ('aws.access_key_id' ...)`, or an application with `register_object_store`), else one built
+//! here from the statement's `aws.*` options and the `AWS_*` environment variables, then
+//! registered, so later statements (and DataFusion's own Parquet scans) find it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::catalog::Session;
+use datafusion::common::{DataFusionError, Result, plan_err};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use object_store::ObjectStore;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::{BackoffConfig, ClientOptions, RetryConfig};
+
+/// Prefixes of statement options that configure an object store, not the table.
+pub const STORE_OPTION_PREFIXES: &[&str] = &["aws.", "gcp.", "azure.", "http."];
+
+/// Whether `location` names a table in object storage (any `scheme://` but `file://`).
+pub fn is_remote(location: &str) -> bool {
+    location.contains("://") && !location.starts_with("file://")
+}
+
+/// Whether `key` is an object store option.
+pub fn is_store_option(key: &str) -> bool {
+    STORE_OPTION_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// Requests in flight one store's HTTP client keeps connections for: the engine's reads in
+/// flight are bounded by admission (`ooode.max_outstanding_io_total`, up to thousands).
+const IDLE_CONNECTIONS: usize = 1024;
+
+/// The store for `store_url` (`scheme://authority`): registered, or built from `options`.
+pub fn store_for(
+    state: &dyn Session,
+    store_url: &str,
+    options: &HashMap<String, String>,
+) -> Result<Arc<dyn ObjectStore>> {
+    let url = ObjectStoreUrl::parse(store_url)?;
+    let env = state.runtime_env();
+    let given: Vec<(&String, &String)> =
+        options.iter().filter(|(k, _)| is_store_option(k)).collect();
+    if given.is_empty()
+        && let Ok(store) = env.object_store(&url)
+    {
+        return Ok(store);
+    }
+    let scheme = store_url.split("://").next().unwrap_or_default();
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" | "s3a" => {
+            let bucket = store_url.split("://").nth(1).unwrap_or_default();
+            let mut builder = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_client_options(client_options())
+                .with_retry(retry_config());
+            for (key, value) in given {
+                let Some(name) = key.strip_prefix("aws.") else {
+                    return plan_err!("option '{key}' does not apply to {store_url}");
+                };
+                let parsed: AmazonS3ConfigKey = format!("aws_{name}")
+                    .parse()
+                    .map_err(|_| DataFusionError::Plan(format!("unknown S3 option '{key}'")))?;
+                builder = builder.with_config(parsed, value.clone());
+            }
+            Arc::new(
+                builder
+                    .build()
+                    .map_err(|e| DataFusionError::Plan(format!("S3 store {store_url}: {e}")))?,
+            )
+        }
+        _ => {
+            return match env.object_store(&url) {
+                Ok(store) if options.keys().all(|k| !is_store_option(k)) => Ok(store),
+                _ => plan_err!(
+                    "no object store is registered for {store_url}; register one with \
+                     SessionContext::register_object_store (ooode builds S3 stores from \
+                     'aws.*' options itself)"
+                ),
+            };
+        }
+    };
+    env.register_object_store(url.as_ref(), store.clone());
+    Ok(store)
+}
+
+/// HTTP client settings of stores built here: connections kept for many reads in flight, and
+/// a request that hangs fails after a while instead of holding its query.
+fn client_options() -> ClientOptions {
+    ClientOptions::new()
+        .with_pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(30))
+}
+
+/// Retries of stores built here: object_store's policy (transient errors, 5xx, timeouts),
+/// shortened so a server that went away fails its queries within seconds, not minutes.
+fn retry_config() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(10),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_locations_are_urls_other_than_file() {
+        assert!(is_remote("s3://b/t"));
+        assert!(is_remote("http://127.0.0.1:9000/b/t"));
+        assert!(!is_remote("file:///tmp/t"));
+        assert!(!is_remote("/tmp/t"));
+        assert!(is_store_option("aws.endpoint"));
+        assert!(!is_store_option("ooode.page_size"));
+    }
+}
