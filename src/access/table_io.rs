@@ -360,7 +360,7 @@ impl TableIo {
     }
 }
 
-/// Names the page in a short-read error (a truncated file).
+/// Names the page in a read error; a short read is a truncated file.
 fn page_error(e: StorageError, page_no: u64) -> StorageError {
     match e {
         StorageError::Io { path, source, .. }
@@ -368,6 +368,11 @@ fn page_error(e: StorageError, page_no: u64) -> StorageError {
         {
             StorageError::corrupted(path, Some(page_no), format!("file is truncated: {source}"))
         }
+        StorageError::Io { path, op, source } => StorageError::Io {
+            path,
+            op: format!("page {page_no}: {op}"),
+            source,
+        },
         other => other,
     }
 }

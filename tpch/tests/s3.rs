@@ -194,3 +194,189 @@ fn engines_named(ctx: &SessionContext, name: &str) -> Vec<Arc<dyn ooode::io::IoE
         .filter(|e| e.name() == name)
         .collect()
 }
+
+/// The error of `sql`, as text (panics if it succeeds).
+async fn error_of(ctx: &SessionContext, sql: &str) -> String {
+    match try_run(ctx, sql).await {
+        Ok(()) => panic!("expected an error from {sql}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_mentions(error: &str, words: &[&str]) {
+    for w in words {
+        assert!(error.contains(w), "error should mention {w:?}: {error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_storage_faults_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = DataSet::new(dir.path().join("local"), SF);
+    let wanted: Vec<_> = TABLES
+        .iter()
+        .filter(|t| ["nation", "customer", "orders"].contains(&t.name))
+        .collect();
+    for t in &wanted {
+        load_table(&data, t, load_options(t), &ProgressBar::hidden()).unwrap();
+    }
+    // 2 ms per request: an in-order scan of a table takes long enough to stop the server in.
+    let latency = Latency {
+        mean_ms: 2.0,
+        jitter_ms: 0.5,
+    };
+    let server = server(&dir.path().join("s3"), latency);
+    let store = server.store(BUCKET).unwrap();
+    let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
+    for t in &wanted {
+        let src = format!("src_{}", t.name);
+        let parquet = data.parquet_file(t.name);
+        ctx.register_parquet(
+            &src,
+            parquet.to_str().unwrap(),
+            ParquetReadOptions::default(),
+        )
+        .await
+        .unwrap();
+        for copy in ["a", "b"] {
+            let url = format!("s3://{BUCKET}/{copy}/{}", t.name);
+            run(
+                &ctx,
+                &format!(
+                    "COPY (SELECT * FROM {src}) TO '{url}' STORED AS OOODE OPTIONS ({})",
+                    copy_options(t, &server)
+                ),
+            )
+            .await;
+        }
+    }
+    let open = |name: &str, url: &str| {
+        format!(
+            "CREATE EXTERNAL TABLE {name} STORED AS OOODE LOCATION '{url}' OPTIONS ({})",
+            server.sql_options()
+        )
+    };
+
+    // A location with no table.
+    let e = error_of(&ctx, &open("nope", &format!("s3://{BUCKET}/nothing/here"))).await;
+    assert_mentions(
+        &e,
+        &[
+            "s3://bkt/nothing/here",
+            "not an ooode table",
+            "manifest.json",
+        ],
+    );
+
+    // Loading over an existing table without asking to replace it.
+    let e = error_of(
+        &ctx,
+        &format!(
+            "COPY (SELECT * FROM src_nation) TO 's3://{BUCKET}/a/nation' STORED AS OOODE \
+             OPTIONS ('ooode.clustering_key' 'n_nationkey', {})",
+            server.sql_options()
+        ),
+    )
+    .await;
+    assert_mentions(&e, &["already exists", "ooode.replace"]);
+
+    // Wrong credentials (a context of its own: the statement registers its store).
+    let other = ooode_providers::ooode_context(SessionConfig::new());
+    let bad = server
+        .sql_options()
+        .replace("ooode-test-secret", "wrong-secret");
+    let e = error_of(
+        &other,
+        &format!("CREATE EXTERNAL TABLE n STORED AS OOODE LOCATION 's3://{BUCKET}/a/nation' OPTIONS ({bad})"),
+    )
+    .await;
+    assert_mentions(&e, &["s3://bkt/a/nation"]);
+    assert!(
+        e.contains("403") || e.to_lowercase().contains("signature") || e.contains("denied"),
+        "says why: {e}"
+    );
+
+    // An object of the table deleted, or truncated, before it is opened.
+    store.delete(&"a/nation/heap.0.pages".into()).await.unwrap();
+    let e = error_of(&ctx, &open("n1", &format!("s3://{BUCKET}/a/nation"))).await;
+    assert_mentions(&e, &["s3://bkt/a/nation/heap.0.pages", "no such object"]);
+    let heap = store.get(&"b/customer/heap.0.pages".into()).await.unwrap();
+    let heap = heap.bytes().await.unwrap();
+    store
+        .put(
+            &"b/customer/heap.0.pages".into(),
+            PutPayload::from(heap.slice(..heap.len() - 8192)),
+        )
+        .await
+        .unwrap();
+    let e = error_of(&ctx, &open("c1", &format!("s3://{BUCKET}/b/customer"))).await;
+    assert_mentions(&e, &["s3://bkt/b/customer/heap.0.pages", "truncated"]);
+
+    // A page damaged in the bucket: the query reading it fails naming object and page.
+    run(&ctx, &open("orders_a", &format!("s3://{BUCKET}/a/orders"))).await;
+    run(&ctx, "SET ooode.columnar_scan = false").await;
+    let heap = store.get(&"a/orders/heap.0.pages".into()).await.unwrap();
+    let mut bytes = heap.bytes().await.unwrap().to_vec();
+    bytes[3 * 8192 + 100] ^= 0x5a;
+    store
+        .put(&"a/orders/heap.0.pages".into(), PutPayload::from(bytes))
+        .await
+        .unwrap();
+    let e = error_of(&ctx, "SELECT sum(o_totalprice) FROM orders_a").await;
+    assert_mentions(&e, &["s3://bkt/a/orders/heap.0.pages", "page 3"]);
+
+    // The server goes away in the middle of a query: it fails, nothing hangs, no read is
+    // left in flight, and nothing is left loading in the buffer pool.
+    run(&ctx, &open("orders_b", &format!("s3://{BUCKET}/b/orders"))).await;
+    ooode_providers::ooode_runtime(&ctx).pool().clear();
+    run(&ctx, "SET ooode.execution_mode = 'in_order'").await;
+    let reads = || -> u64 {
+        engines_named(&ctx, "object_store")
+            .iter()
+            .map(|e| e.metrics().snapshot().reads)
+            .sum()
+    };
+    let before = reads();
+    let mut server = server;
+    let query = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let r = try_run(
+                &ctx,
+                "SELECT count(*) FROM orders_b WHERE o_comment LIKE '%x%'",
+            )
+            .await;
+            (r, started.elapsed())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(
+        reads() > before,
+        "the query was reading when the server stopped"
+    );
+    server.stop();
+    let (result, took) = tokio::time::timeout(std::time::Duration::from_secs(120), query)
+        .await
+        .expect("the query ends")
+        .unwrap();
+    let e = result
+        .expect_err("a query whose server died fails")
+        .to_string();
+    println!("server gone: failed after {took:?}: {e}");
+    assert_mentions(&e, &["s3://bkt/b/orders/heap.0.pages", "page "]);
+    assert!(took.as_secs() < 60, "failed in {took:?}");
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    for engine in engines_named(&ctx, "object_store") {
+        let mut idle = false;
+        for _ in 0..200 {
+            idle = engine.metrics().snapshot().in_flight == 0;
+            if idle {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(idle, "reads still in flight");
+    }
+    assert_eq!(runtime.pool().stats().loading, 0, "loading entries left");
+}
