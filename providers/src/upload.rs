@@ -125,7 +125,11 @@ pub async fn upload_table(
 }
 
 /// Puts one file: one PUT when small, else a multipart upload (aborted on failure).
-async fn put_file(store: &Arc<dyn ObjectStore>, path: &Path, object: &ObjectPath) -> Result<()> {
+pub async fn put_file(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    object: &ObjectPath,
+) -> Result<()> {
     let io = |e: std::io::Error| DataFusionError::Execution(format!("{}: {e}", path.display()));
     let len = std::fs::metadata(path).map_err(io)?.len() as usize;
     if len <= PART_BYTES {

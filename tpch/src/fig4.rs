@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::datagen::DataSet;
-use crate::runner::{cold_rows, contexts, hot_rows, timed_rows};
+use crate::runner::{Contexts, cold_rows, hot_rows, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -67,9 +67,21 @@ pub async fn run(
     limit: Duration,
     only: &[String],
 ) -> Result<Fig4Report, BoxError> {
-    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
-    let (stock, ooode) = contexts(data).await?;
+    let contexts = Contexts::local(data).await?;
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(1) as f64;
+    run_with(&contexts, customers, ns, limit, only).await
+}
+
+/// [`run`] on given contexts (`customers`: the customer table's rows).
+pub async fn run_with(
+    contexts: &Contexts,
+    customers: f64,
+    ns: &[u64],
+    limit: Duration,
+    only: &[String],
+) -> Result<Fig4Report, BoxError> {
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
+    let (stock, ooode) = (&contexts.stock, &contexts.ooode);
     let engines: [(&str, &[&str]); 3] = [
         (
             "ooode out_of_order",
@@ -94,20 +106,17 @@ pub async fn run(
         ),
     ];
     // The first ooode query of a process sets up the I/O engines; keep that out of the runs.
-    timed_rows(&ooode, &fig4_sql(1), limit).await?;
-    let can_drop = drop_os_cache();
+    timed_rows(ooode, &fig4_sql(1), limit).await?;
+    let can_drop = (contexts.stock_cold)();
     if !can_drop {
         eprintln!("cannot drop the OS page cache (not root): Parquet 'cold' runs are warm");
     }
-    let runtime = ooode_providers::ooode_runtime(&ooode);
+    let runtime = ooode_providers::ooode_runtime(ooode);
     let pool = runtime.pool().clone();
     let mut points = Vec::new();
     let mut io_samples = Vec::new();
     let largest = ns.iter().copied().max().unwrap_or(0);
-    let engine_metrics = runtime
-        .engine(ooode::config::ExecutionMode::OutOfOrder, true)
-        .metrics()
-        .clone();
+    let engine_metrics = contexts.sampled.clone();
     for &n in ns {
         let sql = fig4_sql(n);
         for cache in ["cold", "hot"] {
@@ -125,7 +134,7 @@ pub async fn run(
                 // run before it puts it on the footing of every later run.
                 if sample {
                     pool.clear();
-                    timed_rows(&ooode, &sql, limit).await?;
+                    timed_rows(ooode, &sql, limit).await?;
                 }
                 let before = ooode_reads(&pool);
                 let sampler = sample.then(|| {
@@ -133,10 +142,10 @@ pub async fn run(
                 });
                 // The sampled run is one run: its I/O over time is drawn.
                 let (secs, result, runs) = if cache == "cold" {
-                    let c = cold_rows(&ooode, &sql, limit, &|| pool.clear(), !sample).await?;
+                    let c = cold_rows(ooode, &sql, limit, &|| pool.clear(), !sample).await?;
                     (c.secs, c.rows, c.runs)
                 } else {
-                    let h = hot_rows(&ooode, &sql, limit).await?;
+                    let h = hot_rows(ooode, &sql, limit).await?;
                     (h.secs, h.rows, h.runs)
                 };
                 if let Some(s) = sampler {
@@ -157,10 +166,13 @@ pub async fn run(
                 continue;
             }
             let (secs, result) = if cache == "cold" {
-                let c = cold_rows(&stock, &sql, limit, &|| drop_cache_quietly(), true).await?;
+                let empty = || {
+                    (contexts.stock_cold)();
+                };
+                let c = cold_rows(stock, &sql, limit, &empty, true).await?;
                 (c.secs, c.rows)
             } else {
-                let h = hot_rows(&stock, &sql, limit).await?;
+                let h = hot_rows(stock, &sql, limit).await?;
                 (h.secs, h.rows)
             };
             eprintln!(
@@ -180,11 +192,6 @@ pub async fn run(
         }
     }
     Ok(Fig4Report { points, io_samples })
-}
-
-fn drop_cache_quietly() {
-    // Whether it worked was reported once, before the sweep.
-    let _ = drop_os_cache();
 }
 
 fn ooode_reads(pool: &ooode::io::BufferPool) -> u64 {

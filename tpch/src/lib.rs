@@ -10,6 +10,7 @@ pub mod fresh;
 pub mod iobench;
 pub mod job;
 pub mod paper;
+pub mod remote;
 pub mod report;
 pub mod runner;
 pub mod s3;

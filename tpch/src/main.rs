@@ -147,6 +147,25 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         processes: usize,
     },
+    /// The tables in object storage: the Fig. 4 sweep and Q3'...Q17' with the tables in a
+    /// local S3 server behind an injected latency, ooode next to stock DataFusion on Parquet.
+    Remote {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Delay per request, milliseconds.
+        #[arg(long, default_value_t = 20.0)]
+        latency_ms: f64,
+        /// Uniform jitter around it, milliseconds.
+        #[arg(long, default_value_t = 5.0)]
+        jitter_ms: f64,
+        /// Seconds one run may take before it counts as a timeout.
+        #[arg(long, default_value_t = 30)]
+        limit: u64,
+        /// Report directory.
+        #[arg(long, default_value = "results/remote")]
+        out: PathBuf,
+    },
     /// An S3-compatible server (s3s-fs) over a directory on a loopback port, for the object
     /// storage tests and benchmark; prints `listening on <endpoint>`, stops when stdin closes.
     #[command(hide = true)]
@@ -351,6 +370,33 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             ensure_dataset(&data, false)?;
             let report = ooode_tpch::fresh::run(&data, n, processes)?;
             println!("{}", ooode_tpch::fresh::format_report(&report));
+        }
+        Command::Remote {
+            sf,
+            latency_ms,
+            jitter_ms,
+            limit,
+            out,
+        } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let latency = ooode_tpch::s3::Latency {
+                mean_ms: latency_ms,
+                jitter_ms,
+            };
+            let report =
+                ooode_tpch::remote::run(&data, latency, std::time::Duration::from_secs(limit))?;
+            println!("{}", ooode_tpch::remote::format_report(&report));
+            for f in ooode_tpch::remote::write(&report, &out)? {
+                println!("wrote {f}");
+            }
+            let bad = ooode_tpch::fig4::mismatches(&report.fig4.points)
+                .into_iter()
+                .chain(ooode_tpch::paper::mismatches(&report.paper))
+                .collect::<Vec<_>>();
+            if !bad.is_empty() {
+                return Err(format!("results differ: {}", bad.join("; ")).into());
+            }
         }
         Command::S3Server {
             root,

@@ -16,11 +16,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use datafusion::prelude::SessionContext;
-use ooode::config::ExecutionMode;
 
 use crate::datagen::DataSet;
-use crate::fig4::drop_os_cache;
-use crate::runner::{cold_rows, contexts, hot_rows, run_sql, sorted_rows, timed_rows};
+use crate::runner::{Contexts, cold_rows, hot_rows, run_sql, sorted_rows, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -132,25 +130,31 @@ pub async fn run(
     queries: &[PaperQuery],
     limit: Duration,
 ) -> Result<PaperReport, BoxError> {
-    let (stock, ooode) = contexts(data).await?;
-    let runtime = ooode_providers::ooode_runtime(&ooode);
+    run_with(&Contexts::local(data).await?, queries, limit).await
+}
+
+/// [`run`] on given contexts.
+pub async fn run_with(
+    contexts: &Contexts,
+    queries: &[PaperQuery],
+    limit: Duration,
+) -> Result<PaperReport, BoxError> {
+    let (stock, ooode) = (&contexts.stock, &contexts.ooode);
+    let runtime = ooode_providers::ooode_runtime(ooode);
     let pool = runtime.pool().clone();
-    let engine_metrics = runtime
-        .engine(ExecutionMode::OutOfOrder, true)
-        .metrics()
-        .clone();
+    let engine_metrics = contexts.sampled.clone();
     let mut selectivity = Vec::new();
     for q in queries {
         let table = &q.driving_table;
         let hit = count(
-            &stock,
+            stock,
             &format!("SELECT COUNT(*) FROM {table} WHERE {}", q.driving_predicate),
         )
         .await?;
-        let all = count(&stock, &format!("SELECT COUNT(*) FROM {table}")).await?;
+        let all = count(stock, &format!("SELECT COUNT(*) FROM {table}")).await?;
         selectivity.push((q.label(), hit / all.max(1.0)));
     }
-    let parquet_cold_is_cold = drop_os_cache();
+    let parquet_cold_is_cold = (contexts.stock_cold)();
     if !parquet_cold_is_cold {
         eprintln!("cannot drop the OS page cache (not root): Parquet cold/cross runs are warm");
     }
@@ -160,7 +164,7 @@ pub async fn run(
         let other = &queries[(i + 1) % queries.len()];
         for engine in ENGINES {
             let parquet = engine == "datafusion parquet";
-            let ctx = if parquet { &stock } else { &ooode };
+            let ctx = if parquet { stock } else { ooode };
             if !parquet {
                 let (mode, rule) = match engine.trim_start_matches("ooode ") {
                     "auto" => ("out_of_order", "auto"),
@@ -172,7 +176,7 @@ pub async fn run(
             let empty_caches = || {
                 pool.clear();
                 if parquet {
-                    drop_os_cache();
+                    (contexts.stock_cold)();
                 }
             };
             for cache in CACHES {

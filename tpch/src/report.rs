@@ -137,7 +137,7 @@ impl<'a> ReportDir<'a> {
 }
 
 /// Time vs selectivity, log-log, one line per engine.
-fn fig5(fig4: &Fig4Report, cache: &str) -> String {
+pub fn fig5(fig4: &Fig4Report, cache: &str) -> String {
     let engines = [
         "ooode out_of_order",
         "ooode in_order",
@@ -172,7 +172,7 @@ fn fig5(fig4: &Fig4Report, cache: &str) -> String {
 
 /// Speedup per paper query, cold and cross: out of order over in order and over Parquet (index
 /// plans), and `auto` over Parquet (what a user gets).
-fn fig7(paper: &PaperReport) -> String {
+pub fn fig7(paper: &PaperReport) -> String {
     let queries: Vec<String> = paper.selectivity.iter().map(|(q, _)| q.clone()).collect();
     let secs = |q: &str, e: &str, c: &str| {
         paper

@@ -2,6 +2,7 @@
 //! Parquet copy with stock DataFusion, side by side, results checked equal.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use datafusion::arrow::array::RecordBatch;
@@ -226,6 +227,35 @@ pub async fn cold_rows(
             rows,
             runs: 1,
         }),
+    }
+}
+
+/// The two engines a benchmark compares, and how a cold run empties the stock side's caches.
+pub struct Contexts {
+    /// Stock DataFusion on the Parquet copies.
+    pub stock: SessionContext,
+    /// ooode on the ooode tables.
+    pub ooode: SessionContext,
+    /// Empties the stock side's caches before a cold run; whether it could.
+    pub stock_cold: Box<dyn Fn() -> bool + Send + Sync>,
+    /// The out-of-order engine whose reads are drawn over time.
+    pub sampled: Arc<ooode::io::IoMetrics>,
+}
+
+impl Contexts {
+    /// The data set's local tables: the stock side's cold runs drop the OS page cache.
+    pub async fn local(data: &DataSet) -> Result<Self, BoxError> {
+        let (stock, ooode) = contexts(data).await?;
+        let sampled = ooode_providers::ooode_runtime(&ooode)
+            .engine(ooode::config::ExecutionMode::OutOfOrder, true)
+            .metrics()
+            .clone();
+        Ok(Self {
+            stock,
+            ooode,
+            stock_cold: Box::new(crate::fig4::drop_os_cache),
+            sampled,
+        })
     }
 }
 

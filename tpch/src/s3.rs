@@ -127,6 +127,23 @@ impl S3Server {
         )
     }
 
+    /// Requests and bytes served so far (asked over HTTP, outside the injected latency).
+    pub fn stats(&self) -> Result<ServerStats, BoxError> {
+        use std::io::{Read, Write};
+        let addr = self.endpoint.trim_start_matches("http://");
+        let mut conn = std::net::TcpStream::connect(addr)?;
+        write!(
+            conn,
+            "GET {STATS_PATH} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut text = String::new();
+        conn.read_to_string(&mut text)?;
+        let body = text.split("\r\n\r\n").nth(1).ok_or("no body")?;
+        // A chunked body has its length on the line before the JSON.
+        let json = body.lines().find(|l| l.starts_with('{')).ok_or("no JSON")?;
+        Ok(serde_json::from_str(json)?)
+    }
+
     /// Kills the server (for tests of a server that goes away).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -162,6 +179,36 @@ struct Delayed {
     inner: s3s::service::S3Service,
     latency: Latency,
     jitter: Arc<Jitter>,
+    stats: Arc<Counters>,
+}
+
+/// Requests served and response bytes (by Content-Length), for [`S3Server::stats`].
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// The path that answers with the server's counters instead of going to S3.
+const STATS_PATH: &str = "/__ooode_stats";
+
+/// What the server has served so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServerStats {
+    /// Requests served.
+    pub requests: u64,
+    /// Response body bytes.
+    pub bytes: u64,
+}
+
+impl ServerStats {
+    /// What was served between `earlier` and `self`.
+    pub fn since(&self, earlier: &ServerStats) -> ServerStats {
+        ServerStats {
+            requests: self.requests - earlier.requests,
+            bytes: self.bytes - earlier.bytes,
+        }
+    }
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Delayed {
@@ -170,6 +217,16 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Delayed {
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+        if req.uri().path() == STATS_PATH {
+            let stats = ServerStats {
+                requests: self.stats.requests.load(Ordering::Relaxed),
+                bytes: self.stats.bytes.load(Ordering::Relaxed),
+            };
+            let body = serde_json::to_string(&stats).unwrap_or_default();
+            let resp = hyper::Response::new(s3s::Body::from(body));
+            return Box::pin(async move { Ok(resp) });
+        }
+        let stats = self.stats.clone();
         let ms =
             self.latency.mean_ms + (self.jitter.next_unit() * 2.0 - 1.0) * self.latency.jitter_ms;
         let inner = self.inner.clone();
@@ -177,7 +234,17 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Delayed {
             if ms > 0.0 {
                 tokio::time::sleep(Duration::from_secs_f64(ms / 1e3)).await;
             }
-            hyper::service::Service::call(&inner, req).await
+            let resp = hyper::service::Service::call(&inner, req).await;
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            if let Ok(r) = &resp {
+                let len = r
+                    .headers()
+                    .get(hyper::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                    .unwrap_or(0);
+                stats.bytes.fetch_add(len, Ordering::Relaxed);
+            }
+            resp
         })
     }
 }
@@ -194,6 +261,7 @@ pub async fn serve(root: &Path, latency: Latency) -> Result<(), BoxError> {
         inner: builder.build(),
         latency,
         jitter: Arc::new(Jitter(AtomicU64::new(0x9e37_79b9_7f4a_7c15))),
+        stats: Arc::default(),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     println!("listening on http://{}", listener.local_addr()?);
