@@ -171,6 +171,10 @@ pub struct OoodeConfig {
     /// Under a finite DataFusion memory limit, the largest share of it the buffer pool
     /// takes (the rest stays for queries).
     pub buffer_pool_memory_fraction: f64,
+    /// Directory of the local flash cache of pages of tables in object storage (empty: none).
+    pub disk_cache_path: String,
+    /// Most bytes that cache holds.
+    pub disk_cache_bytes: usize,
 }
 
 impl Default for OoodeConfig {
@@ -187,6 +191,8 @@ impl Default for OoodeConfig {
             direct_io: true,
             buffer_pool_bytes: 0,
             buffer_pool_memory_fraction: 0.5,
+            disk_cache_path: String::new(),
+            disk_cache_bytes: 1 << 30,
         }
     }
 }
@@ -286,6 +292,24 @@ const SETTINGS: &[Setting] = &[
         show: |c| c.buffer_pool_memory_fraction.to_string(),
         set: |c, v| {
             c.buffer_pool_memory_fraction = parse_ratio(v, 1.0)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: "disk_cache_path",
+        description: "Directory of a local flash cache of the pages of tables in object                       storage (empty, the default: no cache). Takes effect for tables opened                       after it is set; emptied when a process starts using it",
+        show: |c| c.disk_cache_path.clone(),
+        set: |c, v| {
+            c.disk_cache_path = v.trim().to_string();
+            Ok(())
+        },
+    },
+    Setting {
+        name: "disk_cache_bytes",
+        description: "Most bytes the disk cache holds (default 1GiB)",
+        show: |c| c.disk_cache_bytes.to_string(),
+        set: |c, v| {
+            c.disk_cache_bytes = v.parse::<ByteSize>()?.0;
             Ok(())
         },
     },

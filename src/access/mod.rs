@@ -26,4 +26,4 @@ pub use plan_time::{IndexRanges, ReadAhead, ScanEstimate};
 pub use remote::RemoteTable;
 pub use runtime::OoodeRuntime;
 pub use steps::{HeldPage, StepCtx, to_df};
-pub use table_io::{Counters, TableIo};
+pub use table_io::{Counters, FileKeys, TableIo};

@@ -26,10 +26,11 @@ use parking_lot::Mutex;
 
 use super::admission::Admission;
 use super::remote::RemoteTable;
-use super::table_io::TableIo;
+use super::table_io::{FileKeys, TableIo};
 use crate::config::{ExecutionMode, OoodeConfig};
 use crate::io::{
-    BufferPool, IoEngine, ObjectStoreEngine, PoolMemory, Recycler, SyncEngine, default_engine,
+    BufferPool, CachedEngine, DiskCache, IoEngine, ObjectStoreEngine, PoolMemory, Recycler,
+    SyncEngine, default_engine,
 };
 use crate::storage::{Result, Table};
 
@@ -46,8 +47,10 @@ pub struct OoodeRuntime {
     memory: Arc<dyn MemoryPool>,
     engines: Mutex<HashMap<(ExecutionMode, bool), Arc<dyn IoEngine>>>,
     tables: Mutex<HashMap<(PathBuf, ExecutionMode, bool), Arc<TableIo>>>,
-    /// Engines of object stores, by store URL (`s3://bucket`).
-    object_engines: Mutex<HashMap<String, Arc<dyn IoEngine>>>,
+    /// Engines of object stores, by store URL (`s3://bucket`) and disk cache directory.
+    object_engines: Mutex<HashMap<(String, PathBuf), Arc<dyn IoEngine>>>,
+    /// The local flash cache of remote pages, if configured (`ooode.disk_cache_path`).
+    disk_cache: Mutex<Option<(usize, Arc<DiskCache>)>>,
     /// (configured pool bytes, memory fraction) last applied.
     applied: Mutex<Option<(usize, u64)>>,
 }
@@ -106,6 +109,7 @@ impl OoodeRuntime {
             engines: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
             object_engines: Mutex::new(HashMap::new()),
+            disk_cache: Mutex::new(None),
             applied: Mutex::new(None),
         }
     }
@@ -128,6 +132,7 @@ impl OoodeRuntime {
     /// Applies the runtime-wide settings of `config` (pool budget, cap on reads in flight).
     pub fn configure(&self, config: &OoodeConfig) {
         self.admission.set_cap(config.max_outstanding_io_total);
+        self.configure_disk_cache(config);
         let key = (
             config.buffer_pool_bytes,
             config.buffer_pool_memory_fraction.to_bits(),
@@ -138,6 +143,35 @@ impl OoodeRuntime {
                 .set_budget(Self::pool_budget(&self.memory, config));
             *applied = Some(key);
         }
+    }
+
+    /// Opens the disk cache `config` names (one per directory and size; none if no path).
+    fn configure_disk_cache(&self, config: &OoodeConfig) {
+        let mut current = self.disk_cache.lock();
+        if config.disk_cache_path.is_empty() {
+            *current = None;
+            return;
+        }
+        let dir = Path::new(&config.disk_cache_path);
+        if current
+            .as_ref()
+            .is_some_and(|(bytes, c)| c.dir() == dir && *bytes == config.disk_cache_bytes)
+        {
+            return;
+        }
+        let local = self.engine(ExecutionMode::OutOfOrder, true);
+        match DiskCache::open(dir, config.disk_cache_bytes, local) {
+            Ok(cache) => *current = Some((config.disk_cache_bytes, cache)),
+            Err(e) => {
+                log::warn!("ooode: no disk cache: {e}");
+                *current = None;
+            }
+        }
+    }
+
+    /// The disk cache of remote pages in use, if any.
+    pub fn disk_cache(&self) -> Option<Arc<DiskCache>> {
+        self.disk_cache.lock().as_ref().map(|(_, c)| c.clone())
     }
 
     /// The buffer pool.
@@ -180,38 +214,56 @@ impl OoodeRuntime {
 
     /// The engine reading objects of `remote`'s store (one per store, for both modes: in
     /// order is a budget of one read, not another engine).
+    /// With a disk cache configured, the engine reads through it.
     fn object_engine(&self, remote: &RemoteTable) -> Result<Arc<dyn IoEngine>> {
+        let cache = self.disk_cache();
+        let key = (
+            remote.store_url().to_string(),
+            cache
+                .as_ref()
+                .map(|c| c.dir().to_path_buf())
+                .unwrap_or_default(),
+        );
         let mut engines = self.object_engines.lock();
-        if let Some(e) = engines.get(remote.store_url()) {
+        if let Some(e) = engines.get(&key) {
             return Ok(e.clone());
         }
-        let engine: Arc<dyn IoEngine> = Arc::new(ObjectStoreEngine::try_new(
+        let mut engine: Arc<dyn IoEngine> = Arc::new(ObjectStoreEngine::try_new(
             remote.store().clone(),
             remote.store_url(),
             ENGINE_MAX_IN_FLIGHT,
             self.recycler.clone(),
         )?);
-        engines.insert(remote.store_url().to_string(), engine.clone());
+        if let Some(cache) = cache {
+            engine = Arc::new(CachedEngine::new(engine, cache));
+        }
+        engines.insert(key, engine.clone());
         Ok(engine)
     }
 
     /// The table in object storage `remote`, for reading in `mode`.
     pub fn remote_table(&self, remote: &RemoteTable, mode: ExecutionMode) -> Result<Arc<TableIo>> {
         let key = (remote.url().to_path_buf(), mode, false);
+        let engine = self.object_engine(remote)?;
         if let Some(t) = self.tables.lock().get(&key)
             && Arc::ptr_eq(t.table(), remote.table())
+            && Arc::ptr_eq(t.engine(), &engine)
         {
             return Ok(t.clone());
         }
         let pool = self.pool.clone();
-        let io = Arc::new(TableIo::open_with_keys(
-            remote.table().clone(),
-            self.object_engine(remote)?,
-            self.pool.clone(),
-            &|path| {
+        let keys = FileKeys {
+            pool: &|path| {
                 let version = remote.version(path).unwrap_or("");
                 Ok(pool.object_key(&path.to_string_lossy(), version))
             },
+            version: &|path| remote.version(path).map(str::to_string),
+        };
+        let io = Arc::new(TableIo::open_with_keys(
+            remote.table().clone(),
+            engine,
+            self.pool.clone(),
+            &keys,
         )?);
         self.tables.lock().insert(key, io.clone());
         Ok(io)

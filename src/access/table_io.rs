@@ -67,6 +67,14 @@ impl Counters {
     }
 }
 
+/// How a table's files are named: in the buffer pool, and (with a version) in the engine.
+pub struct FileKeys<'a> {
+    /// The pool's key of a file.
+    pub pool: &'a dyn Fn(&Path) -> Result<FileId>,
+    /// A file's version (an object's e-tag), if it has one.
+    pub version: &'a dyn Fn(&Path) -> Option<String>,
+}
+
 #[derive(Debug)]
 struct SegmentFiles {
     files: Vec<FileId>,
@@ -91,7 +99,7 @@ const PINNED_BYTES: u64 = 64 << 20;
 impl SegmentFiles {
     fn open(
         engine: &dyn IoEngine,
-        pool_key: &dyn Fn(&Path) -> Result<FileId>,
+        keys: &FileKeys<'_>,
         segment: &SegmentReader,
         name: &str,
         leaf_pages: u64,
@@ -103,11 +111,14 @@ impl SegmentFiles {
             .collect();
         let files = paths
             .iter()
-            .map(|p| engine.open(p))
+            .map(|p| match (keys.version)(p) {
+                Some(v) => engine.open_version(p, &v),
+                None => engine.open(p),
+            })
             .collect::<Result<Vec<_>>>()?;
         let pool_keys = paths
             .iter()
-            .map(|p| pool_key(p))
+            .map(|p| (keys.pool)(p))
             .collect::<Result<Vec<_>>>()?;
         let pages = segment.pages();
         let page_bytes = striping.page_size as u64;
@@ -159,21 +170,25 @@ impl TableIo {
         engine: Arc<dyn IoEngine>,
         pool: Arc<BufferPool>,
     ) -> Result<Self> {
-        let keys = pool.clone();
-        Self::open_with_keys(table, engine, pool, &|p| keys.file_key(p))
+        let p = pool.clone();
+        let keys = FileKeys {
+            pool: &|path| p.file_key(path),
+            version: &|_| None,
+        };
+        Self::open_with_keys(table, engine, pool, &keys)
     }
 
-    /// Opens the files of `table` in `engine`, with `pool_key` naming each file in the buffer
-    /// pool (for a table in object storage: the object's URL and version).
+    /// Opens the files of `table` in `engine`, named in the pool and the engine by `keys`
+    /// (for a table in object storage: by the object's URL and version).
     pub fn open_with_keys(
         table: Arc<Table>,
         engine: Arc<dyn IoEngine>,
         pool: Arc<BufferPool>,
-        pool_key: &dyn Fn(&Path) -> Result<FileId>,
+        keys: &FileKeys<'_>,
     ) -> Result<Self> {
         let heap = SegmentFiles::open(
             engine.as_ref(),
-            pool_key,
+            keys,
             table.heap(),
             crate::storage::loader::HEAP_SEGMENT,
             0,
@@ -185,7 +200,7 @@ impl TableIo {
             .map(|i| {
                 SegmentFiles::open(
                     engine.as_ref(),
-                    pool_key,
+                    keys,
                     &i.segment,
                     &i.meta.segment,
                     i.meta.tree.leaf_pages,

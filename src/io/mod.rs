@@ -19,6 +19,7 @@
 
 pub mod batch;
 pub mod buf;
+pub mod disk_cache;
 pub mod fault;
 pub mod files;
 pub mod metrics;
@@ -34,6 +35,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 pub use buf::{PageBuf, Recycler};
+pub use disk_cache::{CachedEngine, DiskCache, DiskCacheStats};
 pub use fault::{Fault, FaultyEngine};
 pub use metrics::{IoMetrics, IoSnapshot, Sample, Sampler};
 pub use object_store_engine::ObjectStoreEngine;
@@ -57,6 +59,13 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
 
     /// Opens (or finds the already opened) file at `path`.
     fn open(&self, path: &Path) -> Result<FileId>;
+
+    /// Opens `path` as of `version` (an object's e-tag): engines that read objects give each
+    /// version its own id; others ignore the version.
+    fn open_version(&self, path: &Path, version: &str) -> Result<FileId> {
+        let _ = version;
+        self.open(path)
+    }
 
     /// Path of an opened file.
     fn path(&self, file: FileId) -> PathBuf;

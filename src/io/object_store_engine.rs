@@ -32,7 +32,8 @@ pub struct ObjectStoreEngine {
     /// Maps a file's path to its object: the path relative to `root` (a directory, or a URL
     /// such as `s3://bucket` whose paths are `s3://bucket/key`).
     root: PathBuf,
-    files: RwLock<Vec<(PathBuf, ObjectPath)>>,
+    /// Opened files: path, version (empty if none given) and object.
+    files: RwLock<Vec<(PathBuf, String, ObjectPath)>>,
     metrics: Arc<IoMetrics>,
     max_in_flight: usize,
     recycler: Arc<Recycler>,
@@ -112,7 +113,10 @@ impl ObjectStoreEngine {
     }
 
     fn file(&self, file: FileId) -> Option<(PathBuf, ObjectPath)> {
-        self.files.read().get(file.0 as usize).cloned()
+        self.files
+            .read()
+            .get(file.0 as usize)
+            .map(|f| (f.0.clone(), f.2.clone()))
     }
 }
 
@@ -137,6 +141,10 @@ impl IoEngine for ObjectStoreEngine {
     }
 
     fn open(&self, path: &Path) -> Result<FileId> {
+        self.open_version(path, "")
+    }
+
+    fn open_version(&self, path: &Path, version: &str) -> Result<FileId> {
         let rel = path.strip_prefix(&self.root).map_err(|_| {
             StorageError::InvalidArgument(format!(
                 "{} is not under the object store root {}",
@@ -145,14 +153,15 @@ impl IoEngine for ObjectStoreEngine {
             ))
         })?;
         let location = ObjectPath::from(rel.to_string_lossy().as_ref());
-        if let Some(i) = self.files.read().iter().position(|f| f.0 == path) {
+        let same = |f: &(PathBuf, String, ObjectPath)| f.0 == path && f.1 == version;
+        if let Some(i) = self.files.read().iter().position(same) {
             return Ok(FileId(i as u32));
         }
         let mut files = self.files.write();
-        if let Some(i) = files.iter().position(|f| f.0 == path) {
+        if let Some(i) = files.iter().position(same) {
             return Ok(FileId(i as u32));
         }
-        files.push((path.to_path_buf(), location));
+        files.push((path.to_path_buf(), version.to_string(), location));
         Ok(FileId(files.len() as u32 - 1))
     }
 

@@ -404,7 +404,6 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             jitter_ms,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
                 .enable_all()
                 .build()?;
             let latency = ooode_tpch::s3::Latency {

@@ -380,3 +380,108 @@ async fn object_storage_faults_give_clear_errors() {
     }
     assert_eq!(runtime.pool().stats().loading, 0, "loading entries left");
 }
+
+/// Waits until the disk cache's background writes have settled; returns its pages.
+async fn settled_pages(ctx: &SessionContext) -> u64 {
+    let cache = ooode_providers::ooode_runtime(ctx)
+        .disk_cache()
+        .expect("a disk cache");
+    let (mut last, mut same) = (u64::MAX, 0);
+    while same < 5 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let pages = cache.stats().pages;
+        same = if pages == last { same + 1 } else { 0 };
+        last = pages;
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_cache_serves_remote_pages_and_never_a_damaged_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = DataSet::new(dir.path().join("local"), SF);
+    let orders = ooode_tpch::tables::table("orders").unwrap();
+    load_table(
+        &data,
+        &orders,
+        load_options(&orders),
+        &ProgressBar::hidden(),
+    )
+    .unwrap();
+    let mut server = server(&dir.path().join("s3"), Latency::default());
+    let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
+    let cache_dir = dir.path().join("cache");
+    run(
+        &ctx,
+        &format!("SET ooode.disk_cache_path = '{}'", cache_dir.display()),
+    )
+    .await;
+    run(&ctx, "SET ooode.disk_cache_bytes = '64MiB'").await;
+    run(&ctx, "SET ooode.columnar_scan = false").await;
+    let parquet = data.parquet_file("orders");
+    ctx.register_parquet(
+        "src",
+        parquet.to_str().unwrap(),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let url = format!("s3://{BUCKET}/t/orders");
+    run(
+        &ctx,
+        &format!(
+            "COPY (SELECT * FROM src) TO '{url}' STORED AS OOODE OPTIONS ({})",
+            copy_options(&orders, &server)
+        ),
+    )
+    .await;
+    run(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE orders STORED AS OOODE LOCATION '{url}' OPTIONS ({})",
+            server.sql_options()
+        ),
+    )
+    .await;
+    let q = "SELECT o_orderpriority, count(*), sum(o_totalprice) FROM {t} GROUP BY o_orderpriority";
+    let want = rows(&ctx, &q.replace("{t}", "src")).await;
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    let gets = || -> u64 {
+        engines_named(&ctx, "object_store")
+            .iter()
+            .map(|e| e.metrics().snapshot().reads)
+            .sum()
+    };
+    let query = q.replace("{t}", "orders");
+
+    // Cold: from the store, into the cache.
+    assert_eq!(rows(&ctx, &query).await, want);
+    let cached = settled_pages(&ctx).await;
+    assert!(cached > 0, "pages were cached");
+    let cache = runtime.disk_cache().unwrap();
+    assert!(cache.stats().pages <= (64 << 20) / 8192);
+
+    // Warm disk: the pool emptied, every page from the cache, no GET.
+    runtime.pool().clear();
+    let (before, hits) = (gets(), cache.stats().hits);
+    assert_eq!(rows(&ctx, &query).await, want);
+    assert_eq!(gets(), before, "no request to the store");
+    assert!(cache.stats().hits >= hits + cached);
+
+    // A damaged cache file: the damaged slots fail their CRC and are read from the store.
+    let file = cache_dir.join("pages-8192.cache");
+    let damage = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&damage, &vec![0xa5u8; 5 * 8192], 8192).unwrap();
+    damage.sync_all().unwrap();
+    runtime.pool().clear();
+    let (before, bad) = (gets(), cache.stats().bad);
+    assert_eq!(rows(&ctx, &query).await, want);
+    assert!(cache.stats().bad > bad, "damaged slots detected");
+    assert!(gets() > before, "damaged pages read from the store");
+    settled_pages(&ctx).await;
+
+    // The store gone: the cache alone answers.
+    server.stop();
+    runtime.pool().clear();
+    assert_eq!(rows(&ctx, &query).await, want);
+}
