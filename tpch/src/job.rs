@@ -13,6 +13,10 @@ use crate::runner::{HOT_RUNS, SHORT_QUERY_RUNS};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Time limit of one run over object storage: in order, a page per 20 ms round trip, would
+/// take minutes at the larger points.
+const REMOTE_LIMIT: Duration = Duration::from_secs(10);
+
 /// Runs the main job on `data`, writing the report files into `out`.
 pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, BoxError> {
     let sf = data.sf;
@@ -117,6 +121,14 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         crate::iobench::format_points(&iobench)
     );
 
+    eprintln!("== Tables in object storage: a local S3 server, 20 ms ± 5 ms per request");
+    let latency = crate::s3::Latency {
+        mean_ms: 20.0,
+        jitter_ms: 5.0,
+    };
+    let remote = crate::remote::run(data, latency, REMOTE_LIMIT)?;
+    println!("\n{}", crate::remote::format_report(&remote));
+
     println!(
         "\nMachine: {} cores, {:.1} GiB",
         machine.cores,
@@ -133,6 +145,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         fresh,
         concurrency,
         iobench,
+        remote,
     };
     for f in crate::report::write(&report, out)? {
         println!("wrote {f}");
@@ -147,6 +160,8 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
     bad.extend(crate::fig4::mismatches(&report.fig4.points));
     bad.extend(crate::paper::mismatches(&report.paper));
     bad.extend(report.concurrency.mismatches.iter().cloned());
+    bad.extend(crate::fig4::mismatches(&report.remote.fig4.points));
+    bad.extend(crate::paper::mismatches(&report.remote.paper));
     if !bad.is_empty() {
         return Err(format!(
             "RESULTS DIFFER from stock DataFusion:\n  {}",

@@ -87,6 +87,8 @@ pub struct RunReport {
     pub concurrency: crate::concurrency::ConcurrencyReport,
     /// Random page reads through the engines next to fio (depth 1 and 64).
     pub iobench: Vec<crate::iobench::IoPoint>,
+    /// The tables in object storage.
+    pub remote: crate::remote::RemoteReport,
 }
 
 /// Writes `report.json` and the plots into `dir`; returns the files written.
@@ -107,7 +109,9 @@ pub fn write(report: &RunReport, dir: &Path) -> Result<Vec<String>, BoxError> {
     for (name, svg) in concurrency_plots(&report.concurrency, fio64) {
         put(name, svg)?;
     }
-    Ok(files.written)
+    let mut written = files.written;
+    written.extend(crate::remote::write(&report.remote, dir)?);
+    Ok(written)
 }
 
 /// A directory report files are written into, keeping the paths written.
