@@ -69,32 +69,50 @@ fn local_data(dir: &Path) -> DataSet {
     data
 }
 
-/// An ooode session with every TPC-H table copied into the bucket and opened from there.
-async fn ooode_on_s3(data: &DataSet, server: &S3Server) -> SessionContext {
-    let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
-    for t in &TABLES {
+/// Registers the local Parquet copy of each of `tables` as `src_<name>` (once) and copies it
+/// into the bucket as the ooode table `s3://bkt/<prefix>/<name>`.
+async fn copy_tables(
+    ctx: &SessionContext,
+    data: &DataSet,
+    server: &S3Server,
+    tables: &[TpchTable],
+    prefix: &str,
+) {
+    for t in tables {
         let src = format!("src_{}", t.name);
-        let parquet = data.parquet_file(t.name);
-        ctx.register_parquet(
-            &src,
-            parquet.to_str().unwrap(),
-            ParquetReadOptions::default(),
-        )
-        .await
-        .unwrap();
-        let url = format!("s3://{BUCKET}/ooode/{}", t.name);
+        if !ctx.table_exist(src.as_str()).unwrap() {
+            let parquet = data.parquet_file(t.name);
+            ctx.register_parquet(
+                &src,
+                parquet.to_str().unwrap(),
+                ParquetReadOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        let url = format!("s3://{BUCKET}/{prefix}/{}", t.name);
         run(
-            &ctx,
+            ctx,
             &format!(
                 "COPY (SELECT * FROM {src}) TO '{url}' STORED AS OOODE OPTIONS ({})",
                 copy_options(t, server)
             ),
         )
         .await;
+    }
+}
+
+/// An ooode session with every TPC-H table copied into the bucket and opened from there.
+async fn ooode_on_s3(data: &DataSet, server: &S3Server) -> SessionContext {
+    let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
+    copy_tables(&ctx, data, server, &TABLES, "ooode").await;
+    for t in &TABLES {
         run(
             &ctx,
             &format!(
-                "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION '{url}' OPTIONS ({})",
+                "CREATE EXTERNAL TABLE {} STORED AS OOODE LOCATION 's3://{BUCKET}/ooode/{}' \
+                 OPTIONS ({})",
+                t.name,
                 t.name,
                 server.sql_options()
             ),
@@ -213,8 +231,9 @@ fn assert_mentions(error: &str, words: &[&str]) {
 async fn object_storage_faults_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let data = DataSet::new(dir.path().join("local"), SF);
-    let wanted: Vec<_> = TABLES
+    let wanted: Vec<TpchTable> = TABLES
         .iter()
+        .copied()
         .filter(|t| ["nation", "customer", "orders"].contains(&t.name))
         .collect();
     for t in &wanted {
@@ -228,27 +247,8 @@ async fn object_storage_faults_give_clear_errors() {
     let server = server(&dir.path().join("s3"), latency);
     let store = server.store(BUCKET).unwrap();
     let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
-    for t in &wanted {
-        let src = format!("src_{}", t.name);
-        let parquet = data.parquet_file(t.name);
-        ctx.register_parquet(
-            &src,
-            parquet.to_str().unwrap(),
-            ParquetReadOptions::default(),
-        )
-        .await
-        .unwrap();
-        for copy in ["a", "b"] {
-            let url = format!("s3://{BUCKET}/{copy}/{}", t.name);
-            run(
-                &ctx,
-                &format!(
-                    "COPY (SELECT * FROM {src}) TO '{url}' STORED AS OOODE OPTIONS ({})",
-                    copy_options(t, &server)
-                ),
-            )
-            .await;
-        }
+    for copy in ["a", "b"] {
+        copy_tables(&ctx, &data, &server, &wanted, copy).await;
     }
     let open = |name: &str, url: &str| {
         format!(
