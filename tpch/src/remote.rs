@@ -313,6 +313,29 @@ pub fn format_report(r: &RemoteReport) -> String {
             q.served.requests as f64 / q.secs.max(1e-9)
         );
     }
+    out += "Fig. 4, cold / warm disk cache / hot, seconds (requests of the warm run):\n";
+    for w in &r.warm_disk {
+        let get = |cache: &str| {
+            r.fig4
+                .points
+                .iter()
+                .find(|p| p.n == w.n && p.engine == w.engine && p.cache == cache)
+                .and_then(|p| p.secs)
+        };
+        let f = |s: Option<f64>| {
+            s.map(|s| format!("{s:.3}"))
+                .unwrap_or_else(|| "timeout".into())
+        };
+        out += &format!(
+            "{:>6} {:<20} {:>9} {:>9} ({:>5}) {:>9}\n",
+            w.n,
+            w.engine,
+            f(get("cold")),
+            f(w.secs),
+            w.requests,
+            f(get("hot"))
+        );
+    }
     out += &format!("Q3'...Q17':\n{}", crate::paper::format_report(&r.paper));
     out
 }
