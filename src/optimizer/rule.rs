@@ -9,7 +9,8 @@
 //!
 //! Decisions (`SET ooode.index_join`): `never` leaves the plan alone; `always` uses an index
 //! wherever one fits; `auto` uses one when its estimated page reads are below
-//! `ooode.index_cost_ratio` times the pages a full scan of the table reads. Estimates come
+//! `ooode.index_cost_ratio` (`ooode.remote_index_cost_ratio` for a table in object storage)
+//! times the pages a full scan of the table reads. Estimates come
 //! from exact B+tree range counts and the outer input's row estimate.
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::access::{QueryIo, ScanEstimate, TableIo};
 use crate::config::{IndexJoinMode, OoodeConfig};
 use crate::exec::{IndexJoinExec, IndexJoinKind, IndexScanExec, InnerSide, OoodeScanExec};
 use crate::io::IoMetrics;
+use crate::storage::Table;
 
 /// The ooode physical optimizer rule.
 #[derive(Debug, Default)]
@@ -136,11 +138,19 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    fn wants(&self, index_pages: f64, scan_pages: f64) -> bool {
+    /// Whether an index plan reading `index_pages` beats a scan of `scan_pages` pages of
+    /// `table`. A table in object storage has its own ratio: its index pages are a request
+    /// each, a round trip apiece 256 at a time, while a scan fetches whole column chunks.
+    fn wants(&self, index_pages: f64, scan_pages: f64, table: &Table) -> bool {
+        let ratio = if table.is_remote() {
+            self.config.remote_index_cost_ratio
+        } else {
+            self.config.index_cost_ratio
+        };
         match self.config.index_join {
             IndexJoinMode::Never => false,
             IndexJoinMode::Always => true,
-            IndexJoinMode::Auto => index_pages <= self.config.index_cost_ratio * scan_pages,
+            IndexJoinMode::Auto => index_pages <= ratio * scan_pages,
         }
     }
 
@@ -180,7 +190,7 @@ impl Planner<'_> {
             return Ok(None);
         };
         let text = describe(&bounds, &table.indexes()[index].meta.columns[0]);
-        if !self.wants(estimate.pages as f64, scan_pages(table)) {
+        if !self.wants(estimate.pages as f64, scan_pages(table), table) {
             return Ok(None);
         }
         Ok(Some(Arc::new(
@@ -309,7 +319,7 @@ impl Planner<'_> {
             (None, IndexJoinMode::Always) => 0.0,
             (None, _) => return Ok(None),
         };
-        if !self.wants(cost, scan_pages(table)) {
+        if !self.wants(cost, scan_pages(table), table) {
             return Ok(None);
         }
         // The inner side may already be an index scan (a filter on its key, often one that
