@@ -21,6 +21,7 @@ use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 
+use crate::io::object_store_engine::store_error;
 use crate::storage::manifest::MANIFEST_FILE;
 use crate::storage::{Result, StorageError, Table};
 
@@ -48,16 +49,6 @@ pub fn split_url(url: &str) -> Result<(String, ObjectPath)> {
     let prefix = ObjectPath::parse(path.trim_end_matches('/'))
         .map_err(|e| bad(&format!("bad object path: {e}")))?;
     Ok((format!("{scheme}://{authority}"), prefix))
-}
-
-fn store_error(url: &str, op: &str, e: object_store::Error) -> StorageError {
-    let kind = match &e {
-        object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
-        object_store::Error::PermissionDenied { .. }
-        | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
-        _ => std::io::ErrorKind::Other,
-    };
-    StorageError::io(url, op, std::io::Error::new(kind, e))
 }
 
 impl RemoteTable {

@@ -122,17 +122,27 @@ impl ObjectStoreEngine {
 
 /// The error of a failed GET, naming the object and the bytes asked for.
 fn get_error(path: &Path, offset: u64, len: usize, e: object_store::Error) -> StorageError {
+    store_error(
+        path,
+        format!("GET bytes {offset}..{}", offset + len as u64),
+        e,
+    )
+}
+
+/// An object store error as a storage error on `path` doing `op` (missing and refused
+/// objects keep their kind).
+pub fn store_error(
+    path: impl Into<PathBuf>,
+    op: impl Into<String>,
+    e: object_store::Error,
+) -> StorageError {
     let kind = match &e {
         object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
         object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
         _ => std::io::ErrorKind::Other,
     };
-    StorageError::io(
-        path,
-        format!("GET bytes {offset}..{}", offset + len as u64),
-        std::io::Error::new(kind, e),
-    )
+    StorageError::io(path, op, std::io::Error::new(kind, e))
 }
 
 impl IoEngine for ObjectStoreEngine {

@@ -180,12 +180,7 @@ async fn tables_in_s3_equal_their_source_and_queries_equal_stock_datafusion() {
             .await
             .unwrap();
     }
-    let reads = || -> u64 {
-        engines_named(&ctx, "object_store")
-            .iter()
-            .map(|e| e.metrics().snapshot().reads)
-            .sum()
-    };
+    let reads = || object_gets(&ctx);
     let before = reads();
     for n in 1..=22 {
         let sql = query(n);
@@ -203,6 +198,14 @@ async fn tables_in_s3_equal_their_source_and_queries_equal_stock_datafusion() {
         }
     }
     assert!(reads() > before, "index plans read pages from the bucket");
+}
+
+/// Pages the context's object store engines have fetched (GETs).
+fn object_gets(ctx: &SessionContext) -> u64 {
+    engines_named(ctx, "object_store")
+        .iter()
+        .map(|e| e.metrics().snapshot().reads)
+        .sum()
 }
 
 fn engines_named(ctx: &SessionContext, name: &str) -> Vec<Arc<dyn ooode::io::IoEngine>> {
@@ -330,12 +333,7 @@ async fn object_storage_faults_give_clear_errors() {
     run(&ctx, &open("orders_b", &format!("s3://{BUCKET}/b/orders"))).await;
     ooode_providers::ooode_runtime(&ctx).pool().clear();
     run(&ctx, "SET ooode.execution_mode = 'in_order'").await;
-    let reads = || -> u64 {
-        engines_named(&ctx, "object_store")
-            .iter()
-            .map(|e| e.metrics().snapshot().reads)
-            .sum()
-    };
+    let reads = || object_gets(&ctx);
     let before = reads();
     let mut server = server;
     let query = {
@@ -446,12 +444,7 @@ async fn disk_cache_serves_remote_pages_and_never_a_damaged_one() {
     let q = "SELECT o_orderpriority, count(*), sum(o_totalprice) FROM {t} GROUP BY o_orderpriority";
     let want = rows(&ctx, &q.replace("{t}", "src")).await;
     let runtime = ooode_providers::ooode_runtime(&ctx);
-    let gets = || -> u64 {
-        engines_named(&ctx, "object_store")
-            .iter()
-            .map(|e| e.metrics().snapshot().reads)
-            .sum()
-    };
+    let gets = || object_gets(&ctx);
     let query = q.replace("{t}", "orders");
 
     // Cold: from the store, into the cache.
