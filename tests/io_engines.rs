@@ -332,6 +332,61 @@ async fn index_nodes_that_outlive_an_emptied_pool() {
     assert!(io.cached_index_page(0, 0, none).is_some(), "a sparse leaf");
 }
 
+/// `load_pinned` reads every node that stays with the table in one read per run of
+/// consecutive nodes, verified; a damaged run is an error and pins nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_nodes_load_in_few_large_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let (sparse, dense) = (&table.indexes()[0], &table.indexes()[1]);
+    assert!(sparse.meta.is_sparse() && !dense.meta.is_sparse());
+    let inner_nodes = dense.segment.pages() - dense.meta.tree.leaf_pages;
+    assert!(inner_nodes > 0, "the test needs inner nodes");
+    let engine: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
+    let faulty = Arc::new(FaultyEngine::new(engine.clone()));
+    let dense_file = dense.segment.striping().file(&dense.meta.segment, 0);
+    let first_inner = dense.meta.tree.leaf_pages * PAGE as u64;
+    faulty.inject(&dense_file, first_inner, Fault::Corrupt(100));
+    let pool = BufferPool::new(1 << 20);
+    let io = TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap();
+    let e = io.load_pinned().await.unwrap_err();
+    assert!(
+        matches!(e, StorageError::Corrupted { .. }) && e.to_string().contains(&dense.meta.segment),
+        "{e}"
+    );
+    let none = &Counters::default();
+    assert!(
+        io.cached_index_page(1, dense.meta.tree.root, none)
+            .is_none()
+    );
+    faulty.clear();
+    let before = engine.metrics().snapshot().reads;
+    let pinned = io.load_pinned().await.unwrap() as u64;
+    // The sparse index may have been pinned by the first call (its run was whole).
+    let sparse_pages = sparse.segment.pages();
+    assert!(
+        pinned == inner_nodes || pinned == inner_nodes + sparse_pages,
+        "{pinned}"
+    );
+    assert!(engine.metrics().snapshot().reads - before <= 2);
+    // Every kept node is there with the pool empty; a dense leaf is not.
+    pool.clear();
+    for p in dense.meta.tree.leaf_pages..dense.segment.pages() {
+        let page = io.cached_index_page(1, p, none).expect("inner node pinned");
+        assert_eq!(&page[..], &dense.segment.read_page(p).unwrap()[..]);
+    }
+    for p in 0..sparse_pages {
+        assert!(
+            io.cached_index_page(0, p, none).is_some(),
+            "sparse node {p}"
+        );
+    }
+    assert!(io.cached_index_page(1, 0, none).is_none());
+    let before = engine.metrics().snapshot().reads;
+    assert_eq!(io.load_pinned().await.unwrap(), 0);
+    assert_eq!(engine.metrics().snapshot().reads, before);
+}
+
 /// The optimizer's range counts read through the query's engine and pool, out of order: the
 /// pages of all the counted ranges are read together, and the query then finds them cached.
 #[test]

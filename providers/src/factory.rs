@@ -55,6 +55,7 @@ impl TableProviderFactory for OoodeTableFactory {
                 );
             }
         }
+        table.prepare(state).await;
         Ok(Arc::new(table))
     }
 }

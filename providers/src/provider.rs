@@ -92,6 +92,46 @@ impl OoodeTable {
         })
     }
 
+    /// Reads what every query of the table needs before its first one: the pinned index
+    /// nodes (one large read per index instead of a read per tree level and lookup) and the
+    /// columnar copy's footer, together. For a table in object storage that takes a round
+    /// trip or two at `CREATE EXTERNAL TABLE` instead of several in each query of a fresh
+    /// process. A failure here is only logged: the query that needs the page reads it again
+    /// and reports the error.
+    pub async fn prepare(&self, state: &dyn Session) {
+        let config = ooode_config(state);
+        let runtime = OoodeRuntime::for_env(state.runtime_env());
+        runtime.configure(&config);
+        let table = match &self.location {
+            Location::Local(dir) => runtime.table(dir, config.execution_mode, config.direct_io),
+            Location::Remote(remote) => runtime.remote_table(remote, config.execution_mode),
+        };
+        let table = match table {
+            Ok(t) => t,
+            Err(e) => return log::debug!("ooode: preparing {}: {e}", self.name),
+        };
+        let nodes = table.load_pinned();
+        let footer = async {
+            match table.table().manifest().columnar.clone() {
+                Some(file) if config.columnar_scan => self
+                    .columnar_file(state, &self.dir().join(file))
+                    .await
+                    .map(drop),
+                _ => Ok(()),
+            }
+        };
+        let (nodes, footer) = futures::join!(nodes, footer);
+        if let Err(e) = nodes {
+            log::debug!("ooode: pinning index nodes of {}: {e}", self.name);
+        }
+        if let Err(e) = footer {
+            log::debug!(
+                "ooode: reading the columnar copy's footer of {}: {e}",
+                self.name
+            );
+        }
+    }
+
     /// Table directory (for a table in object storage, its URL).
     pub fn dir(&self) -> &Path {
         match &self.location {

@@ -47,6 +47,24 @@ pub fn store_for(
     {
         return Ok(store);
     }
+    let mut wanted: Vec<(String, String)> = given
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    wanted.sort();
+    // The store this statement's options built before, if it is still the one registered:
+    // one client (one connection pool, one engine) for all tables of a bucket.
+    if let Ok(registered) = env.object_store(&url)
+        && BUILT.lock().iter().any(|(u, o, store)| {
+            u == store_url
+                && *o == wanted
+                && store
+                    .upgrade()
+                    .is_some_and(|s| Arc::ptr_eq(&s, &registered))
+        })
+    {
+        return Ok(registered);
+    }
     let scheme = store_url.split("://").next().unwrap_or_default();
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" | "s3a" => {
@@ -82,8 +100,22 @@ pub fn store_for(
         }
     };
     env.register_object_store(url.as_ref(), store.clone());
+    let mut built = BUILT.lock();
+    built.retain(|(_, _, s)| s.strong_count() > 0);
+    built.push((store_url.to_string(), wanted, Arc::downgrade(&store)));
     Ok(store)
 }
+
+/// A store built from statement options: its URL, the options (sorted), the store.
+type Built = (
+    String,
+    Vec<(String, String)>,
+    std::sync::Weak<dyn ObjectStore>,
+);
+
+/// Stores built here, so that statements with the same options share one.
+static BUILT: std::sync::LazyLock<parking_lot::Mutex<Vec<Built>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// HTTP client settings of stores built here: connections kept for many reads in flight, and
 /// a request that hangs fails after a while instead of holding its query.

@@ -48,12 +48,17 @@ pub struct OoodeRuntime {
     engines: Mutex<HashMap<(ExecutionMode, bool), Arc<dyn IoEngine>>>,
     tables: Mutex<HashMap<(PathBuf, ExecutionMode, bool), Arc<TableIo>>>,
     /// Engines of object stores, by store URL (`s3://bucket`) and disk cache directory.
-    object_engines: Mutex<HashMap<(String, PathBuf), Arc<dyn IoEngine>>>,
+    /// Per store (URL and identity: a store registered again for a URL, with other
+    /// credentials or client options, gets an engine of its own) and disk cache.
+    object_engines: Mutex<HashMap<ObjectEngineKey, Arc<dyn IoEngine>>>,
     /// The local flash cache of remote pages, if configured (`ooode.disk_cache_path`).
     disk_cache: Mutex<Option<(usize, Arc<DiskCache>)>>,
     /// (configured pool bytes, memory fraction) last applied.
     applied: Mutex<Option<(usize, u64)>>,
 }
+
+/// An object engine's key: store URL, store identity, disk cache directory.
+type ObjectEngineKey = (String, usize, PathBuf);
 
 type Registry = Vec<(Weak<RuntimeEnv>, usize, Arc<OoodeRuntime>)>;
 
@@ -219,14 +224,16 @@ impl OoodeRuntime {
         let cache = self.disk_cache();
         let key = (
             remote.store_url().to_string(),
+            // The store's identity (the allocation it lives in), not only its URL.
+            Arc::as_ptr(remote.store()) as *const () as usize,
             cache
                 .as_ref()
                 .map(|c| c.dir().to_path_buf())
                 .unwrap_or_default(),
         );
         let mut engines = self.object_engines.lock();
-        if let Some(e) = engines.get(&key) {
-            return Ok(e.clone());
+        if let Some(engine) = engines.get(&key) {
+            return Ok(engine.clone());
         }
         let mut engine: Arc<dyn IoEngine> = Arc::new(ObjectStoreEngine::try_new(
             remote.store().clone(),
@@ -259,13 +266,14 @@ impl OoodeRuntime {
             },
             version: &|path| remote.version(path).map(str::to_string),
         };
-        let io = Arc::new(TableIo::open_with_keys(
-            remote.table().clone(),
-            engine,
-            self.pool.clone(),
-            &keys,
-        )?);
-        self.tables.lock().insert(key, io.clone());
+        let mut io =
+            TableIo::open_with_keys(remote.table().clone(), engine, self.pool.clone(), &keys)?;
+        let mut tables = self.tables.lock();
+        if let Some(other) = tables.iter().find(|(k, _)| k.0 == key.0).map(|(_, t)| t) {
+            io.share_pinned(other);
+        }
+        let io = Arc::new(io);
+        tables.insert(key, io.clone());
         Ok(io)
     }
 
@@ -275,13 +283,27 @@ impl OoodeRuntime {
         if let Some(t) = self.tables.lock().get(&key) {
             return Ok(t.clone());
         }
-        let table = Arc::new(Table::open(dir)?);
-        let io = Arc::new(TableIo::open(
-            table,
-            self.engine(mode, direct),
-            self.pool.clone(),
-        )?);
-        Ok(self.tables.lock().entry(key).or_insert(io).clone())
+        // Opened in another mode already: the same table, sharing its pinned index nodes.
+        let other = self
+            .tables
+            .lock()
+            .iter()
+            .find(|(k, _)| k.0 == dir)
+            .map(|(_, t)| t.clone());
+        let table = match &other {
+            Some(t) => t.table().clone(),
+            None => Arc::new(Table::open(dir)?),
+        };
+        let mut io = TableIo::open(table, self.engine(mode, direct), self.pool.clone())?;
+        if let Some(other) = &other {
+            io.share_pinned(other);
+        }
+        Ok(self
+            .tables
+            .lock()
+            .entry(key)
+            .or_insert(Arc::new(io))
+            .clone())
     }
 
     /// Forgets the opened copies of the table in `dir` (after it was replaced on disk).

@@ -85,8 +85,9 @@ struct SegmentFiles {
     striping: Striping,
     pages: u64,
     leaf_pages: u64,
-    /// Nodes read so far that stay (index segments whose pinned part fits [`PINNED_BYTES`]).
-    pinned: Option<RwLock<HashMap<u64, PageBuf>>>,
+    /// Nodes read so far that stay (index segments whose pinned part fits [`PINNED_BYTES`]),
+    /// shared by the table's openings in each execution mode.
+    pinned: Option<Arc<RwLock<HashMap<u64, PageBuf>>>>,
     /// Whether leaves are pinned too (a sparse clustering index), not only inner nodes.
     pin_leaves: bool,
 }
@@ -124,7 +125,7 @@ impl SegmentFiles {
         let page_bytes = striping.page_size as u64;
         let inner_bytes = (pages - leaf_pages.min(pages)) * page_bytes;
         let pin_leaves = sparse && pages * page_bytes <= PINNED_BYTES;
-        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES).then(RwLock::default);
+        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES).then(Arc::default);
         Ok(Self {
             files,
             paths: paths.into_iter().map(Arc::from).collect(),
@@ -151,7 +152,57 @@ impl SegmentFiles {
     fn pinned_node(&self, page_no: u64) -> Option<PageBuf> {
         self.pinned.as_ref()?.read().get(&page_no).cloned()
     }
+
+    /// The nodes that stay pinned once read, by page number.
+    fn pinned_pages(&self) -> std::ops::Range<u64> {
+        match (&self.pinned, self.pin_leaves) {
+            (None, _) => 0..0,
+            (Some(_), true) => 0..self.pages,
+            (Some(_), false) => self.leaf_pages.min(self.pages)..self.pages,
+        }
+    }
+
+    /// Runs of consecutive pinned nodes not pinned yet, each in one file: (data path, first
+    /// page's offset, page numbers), at most [`PIN_RUN_BYTES`] each.
+    fn unpinned_runs(&self) -> Vec<(usize, u64, Vec<u64>)> {
+        let Some(pinned) = &self.pinned else {
+            return vec![];
+        };
+        let pinned = pinned.read();
+        let mut wanted: Vec<(usize, u64, u64)> = self
+            .pinned_pages()
+            .filter(|p| !pinned.contains_key(p))
+            .map(|p| {
+                let (path, offset) = self.striping.locate(p);
+                (path, offset, p)
+            })
+            .collect();
+        wanted.sort_unstable();
+        let page = self.striping.page_size as u64;
+        let most = (PIN_RUN_BYTES as u64 / page).max(1) as usize;
+        let mut runs: Vec<(usize, u64, Vec<u64>)> = Vec::new();
+        for (path, offset, page_no) in wanted {
+            match runs.last_mut() {
+                Some((p, start, pages))
+                    if *p == path
+                        && *start + pages.len() as u64 * page == offset
+                        && pages.len() < most =>
+                {
+                    pages.push(page_no)
+                }
+                _ => runs.push((path, offset, vec![page_no])),
+            }
+        }
+        runs
+    }
 }
+
+/// Most bytes one read of [`TableIo::load_pinned`] asks for: a few such reads in flight load
+/// an index's pinned nodes in about one round trip to object storage.
+const PIN_RUN_BYTES: usize = 4 << 20;
+
+/// Reads of [`TableIo::load_pinned`] in flight at once.
+const PIN_READS_IN_FLIGHT: usize = 16;
 
 /// Reads the pages of one table.
 #[derive(Debug)]
@@ -215,6 +266,80 @@ impl TableIo {
             heap,
             indexes,
         })
+    }
+
+    /// Shares the pinned nodes of `other`, an opening of the same table in another
+    /// execution mode: nodes read by one are found by the other.
+    pub fn share_pinned(&mut self, other: &TableIo) {
+        if !Arc::ptr_eq(&self.table, &other.table) {
+            return;
+        }
+        for (mine, theirs) in self.indexes.iter_mut().zip(&other.indexes) {
+            mine.pinned = theirs.pinned.clone();
+        }
+    }
+
+    /// Reads every node that stays pinned and is not yet (inner nodes of each index; every
+    /// node of a sparse clustering index) with a few large reads, so that the first query
+    /// does not walk each tree one dependent read per level. For a table in object storage
+    /// that is one round trip at open instead of several per lookup of a fresh process.
+    /// Returns the nodes pinned. Reads go around the buffer pool and admission (no query
+    /// owns them); a node that fails its checks is an error here and is simply read, and
+    /// reported, again by the query that needs it.
+    pub async fn load_pinned(&self) -> Result<usize> {
+        use futures::{StreamExt, TryStreamExt};
+        let runs: Vec<(usize, usize, u64, Vec<u64>)> = (self.indexes.iter().enumerate())
+            .flat_map(|(index, seg)| {
+                let runs = seg.unpinned_runs().into_iter();
+                runs.map(move |(path, offset, pages)| (index, path, offset, pages))
+            })
+            .collect();
+        futures::stream::iter(runs)
+            .map(|(index, path, offset, pages)| self.pin_run(index, path, offset, pages))
+            .buffer_unordered(PIN_READS_IN_FLIGHT)
+            .try_fold(0, |total, n| async move { Ok(total + n) })
+            .await
+    }
+
+    /// Reads the consecutive nodes `pages` of the `index`-th index, at `offset` of its
+    /// `path`-th file, in one read; pins them if all pass their checks.
+    async fn pin_run(
+        &self,
+        index: usize,
+        path: usize,
+        offset: u64,
+        pages: Vec<u64>,
+    ) -> Result<usize> {
+        let seg = &self.indexes[index];
+        let page_size = self.page_size();
+        let file = &seg.paths[path];
+        let bytes = self
+            .engine
+            .read_run(seg.files[path], offset, pages.len() * page_size)
+            .await
+            .map_err(|e| page_error(e, pages[0]))?;
+        if bytes.len() < pages.len() * page_size {
+            let why = format!("short read of {} bytes at offset {offset}", bytes.len());
+            return Err(StorageError::corrupted(
+                file.to_path_buf(),
+                Some(pages[0]),
+                why,
+            ));
+        }
+        let mut nodes = Vec::with_capacity(pages.len());
+        for (i, &page_no) in pages.iter().enumerate() {
+            let part = &bytes[i * page_size..(i + 1) * page_size];
+            verify_page(part, page_no, &[seg.node_class(page_no).1], file)?;
+            NodeRef::parse(part, file, page_no)?;
+            let mut buf = crate::storage::page::AlignedBuf::zeroed(page_size);
+            buf.copy_from_slice(part);
+            nodes.push((page_no, PageBuf::new(buf, None)));
+        }
+        let count = nodes.len();
+        if let Some(pinned) = &seg.pinned {
+            pinned.write().extend(nodes);
+        }
+        Ok(count)
     }
 
     /// The table.

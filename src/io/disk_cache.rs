@@ -371,6 +371,12 @@ impl IoEngine for CachedEngine {
         .boxed()
     }
 
+    /// Runs pass by: each length would get slot files of its own, and their pages are
+    /// pinned with the table anyway.
+    fn read_run(&self, file: FileId, offset: u64, len: usize) -> ReadFuture {
+        self.inner.read_run(file, offset, len)
+    }
+
     fn metrics(&self) -> &Arc<IoMetrics> {
         self.inner.metrics()
     }

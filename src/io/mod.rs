@@ -73,6 +73,12 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
     /// Reads `len` bytes at `offset` (both multiples of 4 KiB for O_DIRECT).
     fn read(&self, file: FileId, offset: u64, len: usize) -> ReadFuture;
 
+    /// Reads a run of many pages at once (`len` bytes at `offset`), for loading a table's
+    /// pinned index nodes: a page cache between the engine and the store leaves it alone.
+    fn read_run(&self, file: FileId, offset: u64, len: usize) -> ReadFuture {
+        self.read(file, offset, len)
+    }
+
     /// Reads several ranges; engines that can submit a batch at once override this.
     fn read_batch(&self, reads: &[(FileId, u64, usize)]) -> Vec<ReadFuture> {
         reads

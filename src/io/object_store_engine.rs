@@ -142,7 +142,23 @@ pub fn store_error(
         | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
         _ => std::io::ErrorKind::Other,
     };
-    StorageError::io(path, op, std::io::Error::new(kind, e))
+    StorageError::io(path, op, std::io::Error::new(kind, with_causes(&e)))
+}
+
+/// An error's message followed by those of its causes not already in it: object_store's
+/// "error sending request" says why (a timeout, a refused connection) only in its sources.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl IoEngine for ObjectStoreEngine {

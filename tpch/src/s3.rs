@@ -144,6 +144,32 @@ impl S3Server {
         Ok(serde_json::from_str(json)?)
     }
 
+    /// Stops the server process without closing its socket (SIGSTOP): connections are
+    /// accepted by the kernel and requests sent, but nothing answers, as a server that hangs.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, which: &str) -> std::io::Result<()> {
+        let Some(child) = &self.child else {
+            return Err(std::io::Error::other("the server was stopped"));
+        };
+        let status = Command::new("kill")
+            .args([which, &child.id().to_string()])
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "kill {which} failed: {status}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Kills the server (for tests of a server that goes away).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -180,6 +206,10 @@ struct Delayed {
     latency: Latency,
     jitter: Arc<Jitter>,
     stats: Arc<Counters>,
+    /// Print each request's arrival on stderr (`OOODE_S3_TRACE=1`), to see a query's
+    /// dependent round trips.
+    trace: bool,
+    started: std::time::Instant,
 }
 
 /// Requests served and response bytes (by Content-Length), for [`S3Server::stats`].
@@ -226,6 +256,16 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Delayed {
             let resp = hyper::Response::new(s3s::Body::from(body));
             return Box::pin(async move { Ok(resp) });
         }
+        if self.trace {
+            let range = req.headers().get(hyper::header::RANGE);
+            eprintln!(
+                "{:9.3} ms {} {} {}",
+                self.started.elapsed().as_secs_f64() * 1e3,
+                req.method(),
+                req.uri().path(),
+                range.and_then(|r| r.to_str().ok()).unwrap_or("")
+            );
+        }
         let stats = self.stats.clone();
         let ms =
             self.latency.mean_ms + (self.jitter.next_unit() * 2.0 - 1.0) * self.latency.jitter_ms;
@@ -262,6 +302,8 @@ pub async fn serve(root: &Path, latency: Latency) -> Result<(), BoxError> {
         latency,
         jitter: Arc::new(Jitter(AtomicU64::new(0x9e37_79b9_7f4a_7c15))),
         stats: Arc::default(),
+        trace: std::env::var_os("OOODE_S3_TRACE").is_some_and(|v| v == "1"),
+        started: std::time::Instant::now(),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     println!("listening on http://{}", listener.local_addr()?);
