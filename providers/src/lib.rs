@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+pub mod checked_store;
 pub mod factory;
 pub mod provider;
 pub mod register;

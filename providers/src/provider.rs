@@ -17,6 +17,9 @@ use ooode::config::OoodeConfig;
 use ooode::exec::OoodeScanExec;
 use ooode::optimizer::read_ahead;
 use ooode::storage::Table;
+use ooode::storage::columnar_sums::BlockSums;
+
+use crate::checked_store::CheckedStore;
 
 /// A table stored in the ooode format.
 ///
@@ -114,7 +117,7 @@ impl OoodeTable {
         let footer = async {
             match table.table().manifest().columnar.clone() {
                 Some(file) if config.columnar_scan => self
-                    .columnar_file(state, &self.dir().join(file))
+                    .columnar_file(state, table.table(), &self.dir().join(file))
                     .await
                     .map(drop),
                 _ => Ok(()),
@@ -146,6 +149,7 @@ impl OoodeTable {
     async fn parquet_scan(
         &self,
         state: &dyn Session,
+        table: &Table,
         file: &Path,
         projection: &[usize],
         limit: Option<usize>,
@@ -155,16 +159,13 @@ impl OoodeTable {
         use datafusion::datasource::listing::PartitionedFile;
         use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
         use datafusion::datasource::table_schema::TableSchema;
-        let columnar = self.columnar_file(state, file).await?;
+        let columnar = self.columnar_file(state, table, file).await?;
         let stats = columnar.statistics.clone();
         let part = PartitionedFile::from(columnar.meta.clone()).with_statistics(stats.clone());
         let group = FileGroup::new(vec![part]).with_statistics(stats.clone());
         let format = ParquetFormat::default();
         let source = format.file_source(TableSchema::from(self.schema.clone()));
-        let store_url = match &self.location {
-            Location::Local(_) => ObjectStoreUrl::local_filesystem(),
-            Location::Remote(r) => ObjectStoreUrl::parse(r.store_url())?,
-        };
+        let store_url = columnar.register(state);
         let config = FileScanConfigBuilder::new(store_url, source)
             .with_file_groups(vec![group])
             .with_statistics(stats.as_ref().clone())
@@ -174,8 +175,14 @@ impl OoodeTable {
         format.create_physical_plan(state, config).await
     }
 
-    /// The columnar copy's object metadata and statistics, read once per version of the file.
-    async fn columnar_file(&self, state: &dyn Session, file: &Path) -> Result<Arc<ColumnarFile>> {
+    /// The columnar copy's object metadata, checksums and statistics, read once per version
+    /// of the file.
+    async fn columnar_file(
+        &self,
+        state: &dyn Session,
+        table: &Table,
+        file: &Path,
+    ) -> Result<Arc<ColumnarFile>> {
         if let Location::Remote(remote) = &self.location {
             return self.remote_columnar_file(state, remote, file).await;
         }
@@ -200,11 +207,14 @@ impl OoodeTable {
             .runtime_env()
             .object_store(ObjectStoreUrl::local_filesystem())?;
         let meta = object_store::ObjectStoreExt::head(&store, &location).await?;
-        self.keep_columnar(state, &store, stamp, meta).await
+        let sums = table.columnar_sums().cloned();
+        self.keep_columnar(state, store, sums, file, stamp, meta)
+            .await
     }
 
     /// The columnar copy of a table in object storage: its size is known from opening the
-    /// table (immutable since), so its statistics are read once, with no HEAD per query.
+    /// table (immutable since), so its statistics are read once, with no HEAD per query; its
+    /// checksums are fetched then too.
     async fn remote_columnar_file(
         &self,
         state: &dyn Session,
@@ -221,27 +231,49 @@ impl OoodeTable {
             e_tag: remote.version(file).map(str::to_string),
             version: None,
         };
+        let sums = remote.columnar_sums().await.map_err(to_df)?;
         let stamp = (meta.size, std::time::SystemTime::UNIX_EPOCH);
-        self.keep_columnar(state, remote.store(), stamp, meta).await
+        self.keep_columnar(state, remote.store().clone(), sums, file, stamp, meta)
+            .await
     }
 
     async fn keep_columnar(
         &self,
         state: &dyn Session,
-        store: &Arc<dyn object_store::ObjectStore>,
+        store: Arc<dyn object_store::ObjectStore>,
+        sums: Option<Arc<BlockSums>>,
+        file: &Path,
         stamp: (u64, std::time::SystemTime),
         meta: object_store::ObjectMeta,
     ) -> Result<Arc<ColumnarFile>> {
         use datafusion::datasource::file_format::FileFormat;
         use datafusion::datasource::file_format::parquet::ParquetFormat;
+        let (store, checked) = match sums {
+            Some(sums) => {
+                let checked = CheckedStore::new(store);
+                checked.check(meta.location.clone(), sums, file.to_path_buf());
+                (
+                    checked.clone() as Arc<dyn object_store::ObjectStore>,
+                    Some(checked),
+                )
+            }
+            None => (store, None),
+        };
         let statistics = ParquetFormat::default()
-            .infer_stats_and_ordering(state, store, self.schema.clone(), &meta)
+            .infer_stats_and_ordering(state, &store, self.schema.clone(), &meta)
             .await?
             .statistics;
+        let store_url = match (&checked, &self.location) {
+            (Some(c), _) => c.url().clone(),
+            (None, Location::Local(_)) => ObjectStoreUrl::local_filesystem(),
+            (None, Location::Remote(r)) => ObjectStoreUrl::parse(r.store_url())?,
+        };
         let known = Arc::new(ColumnarFile {
             stamp,
             meta,
             statistics: Arc::new(statistics),
+            checked,
+            store_url,
         });
         *self.columnar.lock() = Some(known.clone());
         Ok(known)
@@ -255,6 +287,24 @@ struct ColumnarFile {
     stamp: (u64, std::time::SystemTime),
     meta: object_store::ObjectMeta,
     statistics: Arc<Statistics>,
+    /// The store checking the file's blocks (tables loaded with checksums).
+    checked: Option<Arc<CheckedStore>>,
+    /// Where the Parquet scan reads the file from.
+    store_url: ObjectStoreUrl,
+}
+
+impl ColumnarFile {
+    /// The store URL to scan, with its checking store registered in the session's runtime
+    /// (a session other than the one that read the file may scan it).
+    fn register(&self, state: &dyn Session) -> ObjectStoreUrl {
+        if let Some(checked) = &self.checked {
+            let env = state.runtime_env();
+            if env.object_store(checked.url()).is_err() {
+                env.register_object_store(checked.url().as_ref(), checked.clone());
+            }
+        }
+        self.store_url.clone()
+    }
 }
 
 /// The session's ooode settings (defaults if the extension is not registered).
@@ -326,7 +376,13 @@ impl TableProvider for OoodeTable {
         match columnar_file {
             Some(file) if config.columnar_scan => {
                 let parquet = self
-                    .parquet_scan(state, &self.dir().join(file), &projection, limit)
+                    .parquet_scan(
+                        state,
+                        table.table(),
+                        &self.dir().join(file),
+                        &projection,
+                        limit,
+                    )
                     .await?;
                 Ok(Arc::new(scan.with_columnar(parquet)))
             }

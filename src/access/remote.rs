@@ -22,6 +22,7 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 
 use crate::io::object_store_engine::store_error;
+use crate::storage::columnar_sums::BlockSums;
 use crate::storage::manifest::MANIFEST_FILE;
 use crate::storage::{Result, StorageError, Table};
 
@@ -145,6 +146,37 @@ impl RemoteTable {
         })?;
         ObjectPath::parse(rel.to_string_lossy().as_ref())
             .map_err(|e| StorageError::InvalidArgument(format!("{}: {e}", file_url.display())))
+    }
+
+    /// The block checksums of the table's columnar copy, fetched (one GET) and checked
+    /// against the manifest; None for a table loaded before copies had them.
+    pub async fn columnar_sums(&self) -> Result<Option<Arc<BlockSums>>> {
+        let (Some(sums), Some(columnar)) = (
+            &self.table.manifest().columnar_sums,
+            &self.table.manifest().columnar,
+        ) else {
+            return Ok(None);
+        };
+        let url = self.url().join(&sums.file);
+        let got = self
+            .store
+            .get(&self.object_path(&url)?)
+            .await
+            .map_err(|e| store_error(&url, "GET", e))?;
+        let bytes = got.bytes().await.map_err(|e| store_error(&url, "GET", e))?;
+        let parsed = BlockSums::from_bytes(&bytes, sums, &url)?;
+        if Some(parsed.file_len()) != self.table.columnar_bytes() {
+            return Err(StorageError::corrupted(
+                self.url().join(columnar),
+                None,
+                format!(
+                    "the columnar copy has {} bytes, its checksums cover {}",
+                    self.table.columnar_bytes().unwrap_or(0),
+                    parsed.file_len()
+                ),
+            ));
+        }
+        Ok(Some(Arc::new(parsed)))
     }
 
     /// The version of the object at `file_url` when the table was opened.

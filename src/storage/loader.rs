@@ -23,6 +23,7 @@ use arrow_row::{RowConverter, SortField};
 use futures::{Stream, StreamExt};
 
 use super::btree::{BTreeBuilder, RowId, TreeShape};
+use super::columnar_sums::{self, BlockSums, SumsRef};
 use super::error::{Result, StorageError};
 use super::heap::{HeapCodec, HeapPacker};
 use super::key::KeyEncoder;
@@ -580,7 +581,7 @@ impl TableWriter {
             indexes.push(meta);
         }
         self.heap.finish()?;
-        let columnar = match self.columnar.take() {
+        let (columnar, columnar_sums) = match self.columnar.take() {
             Some(w) => {
                 let path = self.tmp.join(COLUMNAR_FILE);
                 w.close().map_err(|e| {
@@ -589,9 +590,19 @@ impl TableWriter {
                 std::fs::File::open(&path)
                     .and_then(|f| f.sync_all())
                     .map_err(|e| StorageError::io(&path, "fsync", e))?;
-                Some(COLUMNAR_FILE.to_string())
+                let sums = BlockSums::of_file(&path, columnar_sums::BLOCK_SIZE)?.to_bytes();
+                let sums_name = format!("{COLUMNAR_FILE}{}", columnar_sums::SUMS_SUFFIX);
+                let sums_path = self.tmp.join(&sums_name);
+                std::fs::write(&sums_path, &sums)
+                    .and_then(|_| std::fs::File::open(&sums_path)?.sync_all())
+                    .map_err(|e| StorageError::io(&sums_path, "write", e))?;
+                let sums_ref = SumsRef {
+                    file: sums_name,
+                    crc: crc32c::crc32c(&sums),
+                };
+                (Some(COLUMNAR_FILE.to_string()), Some(sums_ref))
             }
-            None => None,
+            None => (None, None),
         };
         let manifest = Manifest {
             format_version: FORMAT_VERSION as u32,
@@ -604,6 +615,7 @@ impl TableWriter {
             heap_pages,
             indexes,
             columnar,
+            columnar_sums,
             created_by: format!("ooode {}", env!("CARGO_PKG_VERSION")),
             checksum: 0,
         };

@@ -89,6 +89,10 @@ pub struct Manifest {
     /// File (in the table directory) holding the same rows in Parquet, for full scans.
     #[serde(default)]
     pub columnar: Option<String>,
+    /// Block checksums of the columnar copy (absent in tables loaded before they existed,
+    /// whose copy is then read unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columnar_sums: Option<super::columnar_sums::SumsRef>,
     /// Program that wrote the table.
     pub created_by: String,
     /// CRC32C of the document with this field set to 0.

@@ -5,12 +5,14 @@
 //! [`Table::index`] to learn where they are, and the same cursors and codec to interpret them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::SchemaRef;
 
 use super::btree::{CountCursor, KeyRange, RangeCursor, RowId};
+use super::columnar_sums::BlockSums;
 use super::error::{Result, StorageError};
 use super::heap::HeapCodec;
 use super::key::KeyEncoder;
@@ -65,6 +67,7 @@ pub struct Table {
     indexes: Vec<IndexHandle>,
     /// Size of the columnar (Parquet) copy when the table was opened, if it has one.
     columnar_bytes: Option<u64>,
+    columnar_sums: Option<Arc<BlockSums>>,
     /// In object storage.
     remote: bool,
 }
@@ -158,6 +161,29 @@ impl Table {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // A local copy's checksums are read now (a few KB); a remote table's by its provider,
+        // with the store at hand.
+        let columnar_sums = match (&manifest.columnar_sums, remote) {
+            (Some(sums), None) => {
+                let path = dir.join(&sums.file);
+                let bytes = std::fs::read(&path)
+                    .map_err(|e| StorageError::io(&path, "read the columnar checksums", e))?;
+                let parsed = BlockSums::from_bytes(&bytes, sums, &path)?;
+                if Some(parsed.file_len()) != columnar_bytes {
+                    return Err(StorageError::corrupted(
+                        dir.join(manifest.columnar.as_deref().unwrap_or_default()),
+                        None,
+                        format!(
+                            "the columnar copy has {} bytes, its checksums cover {}",
+                            columnar_bytes.unwrap_or(0),
+                            parsed.file_len()
+                        ),
+                    ));
+                }
+                Some(Arc::new(parsed))
+            }
+            _ => None,
+        };
         Ok(Self {
             dir,
             manifest,
@@ -166,8 +192,15 @@ impl Table {
             heap,
             indexes,
             columnar_bytes,
+            columnar_sums,
             remote: remote.is_some(),
         })
+    }
+
+    /// The block checksums of a local table's columnar copy (None for tables loaded before
+    /// they existed, and for tables in object storage: their provider fetches them).
+    pub fn columnar_sums(&self) -> Option<&Arc<BlockSums>> {
+        self.columnar_sums.as_ref()
     }
 
     /// Whether the table lives in object storage (its `dir` is then a URL).

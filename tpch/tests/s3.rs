@@ -328,6 +328,24 @@ async fn object_storage_faults_give_clear_errors() {
     let e = error_of(&ctx, "SELECT sum(o_totalprice) FROM orders_a").await;
     assert_mentions(&e, &["s3://bkt/a/orders/heap.0.pages", "page 3"]);
 
+    // The columnar copy damaged in the bucket: its block checksums catch it (arrow-rs
+    // writes no Parquet page CRCs), naming object and block.
+    let parquet = store.get(&"b/nation/columns.parquet".into()).await.unwrap();
+    let mut bytes = parquet.bytes().await.unwrap().to_vec();
+    bytes[200] ^= 0x20;
+    store
+        .put(&"b/nation/columns.parquet".into(), PutPayload::from(bytes))
+        .await
+        .unwrap();
+    run(&ctx, &open("nation_b", &format!("s3://{BUCKET}/b/nation"))).await;
+    run(&ctx, "SET ooode.columnar_scan = true").await;
+    let e = error_of(&ctx, "SELECT * FROM nation_b").await;
+    assert_mentions(
+        &e,
+        &["s3://bkt/b/nation/columns.parquet", "block 0", "checksum"],
+    );
+    run(&ctx, "SET ooode.columnar_scan = false").await;
+
     // The server stops answering (a hung server: connections open, no replies). With a
     // request timeout of 1 s (object_store's client option, as `aws.timeout`), a query fails
     // within seconds naming the object and page; once the server answers again, so do queries.
