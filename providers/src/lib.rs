@@ -30,6 +30,7 @@
 
 pub mod checked_store;
 pub mod factory;
+pub mod insert;
 pub mod provider;
 pub mod register;
 pub mod remote;

@@ -1,15 +1,19 @@
 //! `OoodeTable`: an ooode table as a DataFusion TableProvider.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::not_impl_err;
 use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, DataFusionError, Result, Statistics};
 use datafusion::datasource::TableType;
+use datafusion::datasource::sink::DataSinkExec;
 use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use ooode::access::{OoodeRuntime, QueryIo, RemoteTable, to_df};
@@ -18,6 +22,7 @@ use ooode::exec::OoodeScanExec;
 use ooode::optimizer::read_ahead;
 use ooode::storage::Table;
 use ooode::storage::columnar_sums::BlockSums;
+use ooode::storage::segments::{SEGMENTS_FILE, SegmentList};
 
 use crate::checked_store::CheckedStore;
 
@@ -32,9 +37,12 @@ pub struct OoodeTable {
     location: Location,
     name: String,
     schema: SchemaRef,
-    rows: u64,
-    /// The Parquet copy's metadata and statistics, once a scan read them.
-    columnar: parking_lot::Mutex<Option<Arc<ColumnarFile>>>,
+    /// Rows when last counted (opened, or planned over its segments).
+    rows: std::sync::atomic::AtomicU64,
+    /// Segments when last planned.
+    segments: std::sync::atomic::AtomicUsize,
+    /// The Parquet copies' metadata and statistics (one per segment), once a scan read them.
+    columnar: parking_lot::Mutex<HashMap<PathBuf, Arc<ColumnarFile>>>,
 }
 
 /// Where a table lives.
@@ -57,9 +65,18 @@ impl OoodeTable {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         let table = Table::open(&dir).map_err(to_df)?;
+        let list = SegmentList::read(&dir).map_err(to_df)?;
+        let mut rows = 0;
+        for seg in list.dirs(&dir) {
+            rows += match seg == dir {
+                true => table.manifest().row_count,
+                false => Table::open(&seg).map_err(to_df)?.manifest().row_count,
+            };
+        }
         Ok(Self {
             schema: table.schema().clone(),
-            rows: table.manifest().row_count,
+            rows: rows.into(),
+            segments: list.segments.len().into(),
             columnar: Default::default(),
             name: table_name(&dir),
             location: Location::Local(dir),
@@ -88,7 +105,8 @@ impl OoodeTable {
         let table = remote.table();
         Ok(Self {
             schema: table.schema().clone(),
-            rows: table.manifest().row_count,
+            rows: table.manifest().row_count.into(),
+            segments: 1.into(),
             columnar: Default::default(),
             name: table_name(table.dir()),
             location: Location::Remote(Arc::new(remote)),
@@ -195,7 +213,7 @@ impl OoodeTable {
         };
         let fs_meta = std::fs::metadata(file).map_err(io_err)?;
         let stamp = (fs_meta.len(), fs_meta.modified().map_err(io_err)?);
-        if let Some(known) = self.columnar.lock().as_ref()
+        if let Some(known) = self.columnar.lock().get(file)
             && known.stamp == stamp
         {
             return Ok(known.clone());
@@ -221,7 +239,7 @@ impl OoodeTable {
         remote: &RemoteTable,
         file: &Path,
     ) -> Result<Arc<ColumnarFile>> {
-        if let Some(known) = self.columnar.lock().as_ref() {
+        if let Some(known) = self.columnar.lock().get(file) {
             return Ok(known.clone());
         }
         let meta = object_store::ObjectMeta {
@@ -275,8 +293,64 @@ impl OoodeTable {
             checked,
             store_url,
         });
-        *self.columnar.lock() = Some(known.clone());
+        self.columnar
+            .lock()
+            .insert(file.to_path_buf(), known.clone());
         Ok(known)
+    }
+}
+
+impl OoodeTable {
+    /// The scan of one segment of the table.
+    #[allow(clippy::too_many_arguments)]
+    async fn scan_segment(
+        &self,
+        state: &dyn Session,
+        config: &OoodeConfig,
+        runtime: &Arc<OoodeRuntime>,
+        table: Arc<ooode::access::TableIo>,
+        projection: &[usize],
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let partitions = match config.execution_mode {
+            ooode::exec::ExecutionMode::InOrder => 1,
+            ooode::exec::ExecutionMode::OutOfOrder => state.config().target_partitions(),
+        };
+        let columnar_file = table.table().manifest().columnar.clone();
+        let query = QueryIo::new(runtime, config);
+        let scan = OoodeScanExec::new(
+            table.clone(),
+            self.name.clone(),
+            projection.to_vec(),
+            partitions,
+            query.clone(),
+        )?;
+        // A filter that makes this a small index scan: its pages are read while the rest of
+        // the query is planned. A filter that cannot be planned here is left to the FilterExec.
+        let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned())
+            .and_then(|f| {
+                let schema = DFSchema::try_from(self.schema.clone()).ok()?;
+                state.create_physical_expr(f, &schema).ok()
+            });
+        let scan = match predicate {
+            Some(predicate) => {
+                let io = scan.io_metrics().clone();
+                let ahead = read_ahead(&table, &predicate, config, io, &query)?;
+                scan.with_read_ahead(ahead)
+            }
+            None => scan,
+        };
+        match columnar_file {
+            Some(file) if config.columnar_scan => {
+                let path = table.table().dir().join(file);
+                let parquet = self
+                    .parquet_scan(state, table.table(), &path, projection, limit)
+                    .await?;
+                Ok(Arc::new(scan.with_columnar(parquet)))
+            }
+            _ => Ok(Arc::new(scan)),
+        }
     }
 }
 
@@ -337,56 +411,39 @@ impl TableProvider for OoodeTable {
         let config = ooode_config(state);
         let runtime = OoodeRuntime::for_env(state.runtime_env());
         runtime.configure(&config);
-        let table = match &self.location {
-            Location::Local(dir) => runtime.table(dir, config.execution_mode, config.direct_io),
-            Location::Remote(remote) => runtime.remote_table(remote, config.execution_mode),
+        // The query's snapshot: the segments committed now, each kept open by the plan.
+        let tables = match &self.location {
+            Location::Local(dir) => {
+                let list = SegmentList::read(dir).map_err(to_df)?;
+                list.dirs(dir)
+                    .iter()
+                    .map(|seg| runtime.table(seg, config.execution_mode, config.direct_io))
+                    .collect::<ooode::storage::Result<Vec<_>>>()
+            }
+            Location::Remote(remote) => runtime
+                .remote_table(remote, config.execution_mode)
+                .map(|t| vec![t]),
         }
         .map_err(to_df)?;
+        let rows: u64 = tables.iter().map(|t| t.table().manifest().row_count).sum();
+        self.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+        self.segments
+            .store(tables.len(), std::sync::atomic::Ordering::Relaxed);
         let projection = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
-        let partitions = match config.execution_mode {
-            ooode::exec::ExecutionMode::InOrder => 1,
-            ooode::exec::ExecutionMode::OutOfOrder => state.config().target_partitions(),
-        };
-        let columnar_file = table.table().manifest().columnar.clone();
-        let query = QueryIo::new(&runtime, &config);
-        let scan = OoodeScanExec::new(
-            table.clone(),
-            self.name.clone(),
-            projection.clone(),
-            partitions,
-            query.clone(),
-        )?;
-        // A filter that makes this a small index scan: its pages are read while the rest of
-        // the query is planned. A filter that cannot be planned here is left to the FilterExec.
-        let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned())
-            .and_then(|f| {
-                let schema = DFSchema::try_from(self.schema.clone()).ok()?;
-                state.create_physical_expr(f, &schema).ok()
-            });
-        let scan = match predicate {
-            Some(predicate) => {
-                let io = scan.io_metrics().clone();
-                let ahead = read_ahead(&table, &predicate, &config, io, &query)?;
-                scan.with_read_ahead(ahead)
-            }
-            None => scan,
-        };
-        match columnar_file {
-            Some(file) if config.columnar_scan => {
-                let parquet = self
-                    .parquet_scan(
-                        state,
-                        table.table(),
-                        &self.dir().join(file),
-                        &projection,
-                        limit,
-                    )
-                    .await?;
-                Ok(Arc::new(scan.with_columnar(parquet)))
-            }
-            _ => Ok(Arc::new(scan)),
+        let mut plans = Vec::with_capacity(tables.len());
+        for table in tables {
+            plans.push(
+                self.scan_segment(state, &config, &runtime, table, &projection, filters, limit)
+                    .await?,
+            );
+        }
+        // One segment: the scan itself, which the index rule turns into index plans. Several
+        // (a table that grew by INSERT): their union, read by full scans.
+        match plans.len() {
+            1 => Ok(plans.remove(0)),
+            _ => datafusion::physical_plan::union::UnionExec::try_new(plans),
         }
     }
 
@@ -399,7 +456,55 @@ impl TableProvider for OoodeTable {
 
     fn statistics(&self) -> Option<Statistics> {
         let mut stats = Statistics::new_unknown(&self.schema);
-        stats.num_rows = Precision::Exact(self.rows as usize);
+        let rows = self.rows.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        // Exact for a table that cannot have grown since it was counted: one loaded once.
+        let grown = self.segments.load(std::sync::atomic::Ordering::Relaxed) != 1
+            || matches!(&self.location, Location::Local(dir) if dir.join(SEGMENTS_FILE).exists());
+        stats.num_rows = if grown {
+            Precision::Inexact(rows)
+        } else {
+            Precision::Exact(rows)
+        };
         Some(stats)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Location::Local(dir) = &self.location else {
+            return not_impl_err!(
+                "INSERT into an ooode table in object storage ({}) is not supported yet; \
+                 load it again with COPY ... 'ooode.replace' 'true'",
+                self.dir().display()
+            );
+        };
+        let sink = crate::insert::OoodeSink::new(dir.clone(), self.schema.clone(), insert_op)?;
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+
+    async fn delete_from(
+        &self,
+        _state: &dyn Session,
+        _filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        not_impl_err!(
+            "DELETE is not supported on ooode tables (their segments are immutable); \
+             INSERT OVERWRITE replaces a table's rows"
+        )
+    }
+
+    async fn update(
+        &self,
+        _state: &dyn Session,
+        _assignments: Vec<(String, Expr)>,
+        _filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        not_impl_err!(
+            "UPDATE is not supported on ooode tables (their segments are immutable); \
+             INSERT OVERWRITE replaces a table's rows"
+        )
     }
 }

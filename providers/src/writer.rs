@@ -475,10 +475,6 @@ impl ExecutionPlan for OoodeWriteExec {
         let schema = self.schema();
         let out_schema = schema.clone();
         let fut = async move {
-            // `None` commits; a channel closed without it (failed input, cancelled query) drops
-            // the writer unfinished, which removes everything it wrote.
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(4);
-            let in_schema = input.schema();
             // A table for object storage is loaded here first, then uploaded.
             let staging = match &dest {
                 Destination::Local(_) => None,
@@ -500,52 +496,12 @@ impl ExecutionPlan for OoodeWriteExec {
                 (_, None) => unreachable!("a remote destination has a staging directory"),
             };
             let staged = writer_dest.clone();
-            // Sorting, page writing and fsync are blocking work: a thread of their own.
-            let writer = tokio::task::spawn_blocking(move || {
-                let mut w = TableWriter::create(&writer_dest, in_schema, options)?;
-                for message in rx {
-                    match message {
-                        Some(batch) => w.write(&batch)?,
-                        None => return w.finish().map(Some),
-                    }
-                }
-                Ok(None)
-            });
             let parts = input.output_partitioning().partition_count();
             let streams = (0..parts)
                 .map(|p| input.execute(p, context.clone()))
                 .collect::<Result<Vec<_>>>()?;
-            let mut all = futures::stream::select_all(streams);
-            let mut failed = None;
-            while let Some(batch) = all.next().await {
-                match batch {
-                    Ok(b) => {
-                        if tx.send(Some(b)).is_err() {
-                            break; // the writer failed: its error is reported below
-                        }
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                drop(tx);
-                let _ = writer.await;
-                return Err(e);
-            }
-            let _ = tx.send(None);
-            drop(tx);
-            let manifest = writer
-                .await
-                .map_err(|e| datafusion::common::DataFusionError::Execution(e.to_string()))?
-                .map_err(to_df)?
-                .ok_or_else(|| {
-                    datafusion::common::DataFusionError::Execution(
-                        "the table writer stopped".into(),
-                    )
-                })?;
+            let all = futures::stream::select_all(streams);
+            let manifest = load_from_stream(all, writer_dest, input.schema(), options).await?;
             match &dest {
                 Destination::Local(dir) => OoodeRuntime::forget_table_everywhere(dir),
                 Destination::Remote { url, store, prefix } => {
@@ -564,4 +520,55 @@ impl ExecutionPlan for OoodeWriteExec {
             futures::stream::once(fut),
         )))
     }
+}
+
+/// Loads the batches of `input` into a new table at `dest` with `options`; the table appears
+/// only if every batch arrived and the load finished (a failed input or a dropped future
+/// leaves nothing there).
+pub async fn load_from_stream(
+    mut input: impl futures::Stream<Item = Result<RecordBatch>> + Unpin,
+    dest: std::path::PathBuf,
+    schema: SchemaRef,
+    options: LoadOptions,
+) -> Result<ooode::storage::Manifest> {
+    // `None` commits; a channel closed without it (failed input, cancelled query) drops the
+    // writer unfinished, which removes everything it wrote.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(4);
+    // Sorting, page writing and fsync are blocking work: a thread of their own.
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut w = TableWriter::create(&dest, schema, options)?;
+        for message in rx {
+            match message {
+                Some(batch) => w.write(&batch)?,
+                None => return w.finish().map(Some),
+            }
+        }
+        Ok(None)
+    });
+    let mut failed = None;
+    while let Some(batch) = input.next().await {
+        match batch {
+            Ok(b) => {
+                if tx.send(Some(b)).is_err() {
+                    break; // the writer failed: its error is reported below
+                }
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = failed {
+        drop(tx);
+        let _ = writer.await;
+        return Err(e);
+    }
+    let _ = tx.send(None);
+    drop(tx);
+    writer
+        .await
+        .map_err(|e| DataFusionError::Execution(e.to_string()))?
+        .map_err(to_df)?
+        .ok_or_else(|| DataFusionError::Execution("the table writer stopped".into()))
 }

@@ -24,6 +24,7 @@ pub mod loader;
 pub mod manifest;
 pub mod page;
 pub mod segment;
+pub mod segments;
 pub mod sort;
 pub mod table;
 

@@ -1,0 +1,228 @@
+//! A table that grows: its segments, each an immutable table of its own, listed in
+//! `segments.json`.
+//!
+//! ```text
+//!   orders/
+//!     manifest.json, heap.0.pages, ...    segment "." (the bulk load; every table has it)
+//!     seg-000001-<id>/manifest.json, ...  a segment per INSERT (rows sorted by the key)
+//!     segments.json                       {"version": 2, "segments": [".", "seg-000001-..."]}
+//!     .ooode-write.lock                   writers hold it (flock) from reading the list
+//!                                         to committing the next one
+//! ```
+//!
+//! A table without `segments.json` is one segment, ".". A writer takes the lock, writes its
+//! segment (the loader writes into a temporary directory and renames it whole), then commits
+//! by writing the next list to a temporary file, fsyncing it and renaming it over
+//! `segments.json` (and fsyncing the directory): readers see the old list or the new one,
+//! never a part, and a crash before the rename leaves a segment no list names, removed by the
+//! next writer. A query reads the list once, when it is planned, and keeps the segments it
+//! names open: inserts committed meanwhile are not in its snapshot.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{Result, StorageError};
+use super::manifest::MANIFEST_FILE;
+
+/// The list of a table's segments.
+pub const SEGMENTS_FILE: &str = "segments.json";
+
+/// The lock file writers hold.
+pub const LOCK_FILE: &str = ".ooode-write.lock";
+
+/// Prefix of a segment directory written by an insert.
+pub const SEGMENT_PREFIX: &str = "seg-";
+
+const LIST_VERSION: u32 = 1;
+
+/// The segments of a table, as committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentList {
+    /// Format of this file.
+    pub format_version: u32,
+    /// Commits so far (0: the table as bulk-loaded).
+    pub version: u64,
+    /// Segment directories, relative to the table directory ("." is the table's own).
+    pub segments: Vec<String>,
+    /// Segments replaced by an `INSERT OVERWRITE`, kept until no query can read them.
+    #[serde(default)]
+    pub retired: Vec<String>,
+    /// CRC32C of the document with this field set to 0.
+    pub checksum: u32,
+}
+
+impl SegmentList {
+    fn sealed(&self) -> Self {
+        let mut copy = self.clone();
+        copy.checksum = 0;
+        let text = serde_json::to_string_pretty(&copy).expect("segment list serializes");
+        copy.checksum = crc32c::crc32c(text.as_bytes());
+        copy
+    }
+
+    /// The list of the table in `dir` (one segment, ".", if it has no `segments.json`).
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(SEGMENTS_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self {
+                    format_version: LIST_VERSION,
+                    version: 0,
+                    segments: vec![".".into()],
+                    retired: vec![],
+                    checksum: 0,
+                });
+            }
+            Err(e) => return Err(StorageError::io(&path, "read", e)),
+        };
+        let bad = |why: String| StorageError::corrupted(&path, None, why);
+        let list: SegmentList =
+            serde_json::from_str(&text).map_err(|e| bad(format!("not a segment list: {e}")))?;
+        if list.format_version != LIST_VERSION {
+            return Err(StorageError::FormatVersion {
+                file: path.clone(),
+                page: None,
+                found: list.format_version,
+                expected: LIST_VERSION,
+            });
+        }
+        if list.sealed().checksum != list.checksum {
+            return Err(bad("checksum mismatch".into()));
+        }
+        if list.segments.is_empty() {
+            return Err(bad("no segments".into()));
+        }
+        for s in list.segments.iter().chain(&list.retired) {
+            if s != "." && (!s.starts_with(SEGMENT_PREFIX) || s.contains(['/', '\\'])) {
+                return Err(bad(format!("'{s}' is not a segment name")));
+            }
+        }
+        Ok(list)
+    }
+
+    /// The segment directories.
+    pub fn dirs(&self, dir: &Path) -> Vec<PathBuf> {
+        self.segments
+            .iter()
+            .map(|s| {
+                if s == "." {
+                    dir.to_path_buf()
+                } else {
+                    dir.join(s)
+                }
+            })
+            .collect()
+    }
+
+    /// A name for the segment the next commit adds.
+    pub fn next_segment_name(&self) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!(
+            "{SEGMENT_PREFIX}{:06}-{:x}-{:x}",
+            self.version + 1,
+            std::process::id(),
+            nanos & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Commits `self` (with its version one past the list it was made from) as the table's
+    /// list: temporary file, fsync, rename, fsync of the directory. Call with the lock held.
+    pub fn commit(&self, dir: &Path, _lock: &WriteLock) -> Result<()> {
+        let text = serde_json::to_string_pretty(&self.sealed()).expect("segment list serializes");
+        let tmp = dir.join(format!("{SEGMENTS_FILE}.tmp"));
+        let path = dir.join(SEGMENTS_FILE);
+        std::fs::write(&tmp, text + "\n")
+            .and_then(|_| File::open(&tmp)?.sync_all())
+            .map_err(|e| StorageError::io(&tmp, "write", e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, "replace", e))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StorageError::io(dir, "fsync", e))
+    }
+
+    /// Removes segment directories no list names (left by writers that stopped before their
+    /// commit). Call with the lock held: then no writer is between writing and committing.
+    pub fn remove_uncommitted(&self, dir: &Path, _lock: &WriteLock) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, "list", e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let known = self.segments.contains(&name) || self.retired.contains(&name);
+            if name.starts_with(SEGMENT_PREFIX) && !known && entry.path().is_dir() {
+                let path = entry.path();
+                std::fs::remove_dir_all(&path).map_err(|e| StorageError::io(&path, "remove", e))?;
+                removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// The table's write lock (an exclusive `flock` on [`LOCK_FILE`]); released when dropped.
+#[derive(Debug)]
+pub struct WriteLock {
+    _file: File,
+}
+
+impl WriteLock {
+    /// Waits for the write lock of the table in `dir`.
+    pub fn acquire(dir: &Path) -> Result<Self> {
+        if !dir.join(MANIFEST_FILE).is_file() && !dir.join(SEGMENTS_FILE).is_file() {
+            return Err(StorageError::NotATable {
+                path: dir.to_path_buf(),
+                why: format!("it has no {MANIFEST_FILE}"),
+            });
+        }
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| StorageError::io(&path, "open", e))?;
+        file.lock()
+            .map_err(|e| StorageError::io(&path, "lock", e))?;
+        Ok(Self { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_commit_atomically_and_reject_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MANIFEST_FILE), "{}").unwrap();
+        let list = SegmentList::read(dir.path()).unwrap();
+        assert_eq!(list.segments, vec!["."]);
+        let lock = WriteLock::acquire(dir.path()).unwrap();
+        let name = list.next_segment_name();
+        std::fs::create_dir(dir.path().join(&name)).unwrap();
+        std::fs::create_dir(dir.path().join("seg-000009-crashed")).unwrap();
+        let mut next = list.clone();
+        next.version += 1;
+        next.segments.push(name.clone());
+        next.commit(dir.path(), &lock).unwrap();
+        let back = SegmentList::read(dir.path()).unwrap();
+        assert_eq!(back.segments, vec![".".to_string(), name.clone()]);
+        assert_eq!(back.version, 1);
+        let removed = back.remove_uncommitted(dir.path(), &lock).unwrap();
+        assert_eq!(removed, vec!["seg-000009-crashed".to_string()]);
+        assert!(dir.path().join(&name).is_dir());
+        drop(lock);
+        let path = dir.path().join(SEGMENTS_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"version\": 1", "\"version\": 2")).unwrap();
+        let e = SegmentList::read(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("checksum"), "{e}");
+        std::fs::write(&path, text.replace(&name, "../elsewhere")).unwrap();
+        assert!(SegmentList::read(dir.path()).is_err());
+    }
+}
