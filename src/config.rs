@@ -177,6 +177,9 @@ pub struct OoodeConfig {
     pub disk_cache_path: String,
     /// Most bytes that cache holds.
     pub disk_cache_bytes: usize,
+    /// After an INSERT, the table is compacted when it has more segments than this (0:
+    /// never).
+    pub compact_segments: usize,
 }
 
 impl Default for OoodeConfig {
@@ -200,6 +203,7 @@ impl Default for OoodeConfig {
             buffer_pool_memory_fraction: 0.5,
             disk_cache_path: String::new(),
             disk_cache_bytes: 1 << 30,
+            compact_segments: 0,
         }
     }
 }
@@ -314,7 +318,9 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "disk_cache_path",
-        description: "Directory of a local flash cache of the pages of tables in object                       storage (empty, the default: no cache). Takes effect for tables opened                       after it is set; emptied when a process starts using it",
+        description: "Directory of a local flash cache of the pages of tables in object \
+                      storage (empty, the default: no cache). Takes effect for tables opened \
+                      after it is set; emptied when a process starts using it",
         show: |c| c.disk_cache_path.clone(),
         set: |c, v| {
             c.disk_cache_path = v.trim().to_string();
@@ -327,6 +333,21 @@ const SETTINGS: &[Setting] = &[
         show: |c| c.disk_cache_bytes.to_string(),
         set: |c, v| {
             c.disk_cache_bytes = v.parse::<ByteSize>()?.0;
+            Ok(())
+        },
+    },
+    Setting {
+        name: "compact_segments",
+        description: "After an INSERT, compact the table (merge its segments into one) when \
+                      it has more segments than this; 0, the default: never (compact with \
+                      SELECT * FROM ooode_compact('t'))",
+        show: |c| c.compact_segments.to_string(),
+        set: |c, v| {
+            c.compact_segments = v.trim().parse().map_err(|_| {
+                DataFusionError::Configuration(format!(
+                    "ooode.compact_segments must be a number of segments, not '{v}'"
+                ))
+            })?;
             Ok(())
         },
     },

@@ -11,7 +11,7 @@
 //! ```
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -46,20 +46,7 @@ impl OoodeSink {
         if op == InsertOp::Replace {
             return not_impl_err!("REPLACE INTO is not supported on ooode tables");
         }
-        let table = Table::open(&dir).map_err(to_df)?;
-        let m = table.manifest();
-        let options = LoadOptions {
-            page_size: m.page_size,
-            clustering_key: m.clustering_key.clone(),
-            indexes: m
-                .indexes
-                .iter()
-                .filter(|i| i.kind == IndexKind::Secondary)
-                .map(|i| i.columns.clone())
-                .collect(),
-            columnar: m.columnar.is_some(),
-            ..LoadOptions::default()
-        };
+        let options = segment_options(&dir)?;
         Ok(Self {
             dir,
             schema,
@@ -67,6 +54,27 @@ impl OoodeSink {
             options,
         })
     }
+}
+
+/// How segments of the table in `dir` are built: like its first listed segment (page size,
+/// clustering key, secondary indexes, columnar copy), in their own directory.
+pub fn segment_options(dir: &Path) -> Result<LoadOptions> {
+    let list = SegmentList::read(dir).map_err(to_df)?;
+    let first = list.dirs(dir).remove(0);
+    let table = Table::open(&first).map_err(to_df)?;
+    let m = table.manifest();
+    Ok(LoadOptions {
+        page_size: m.page_size,
+        clustering_key: m.clustering_key.clone(),
+        indexes: m
+            .indexes
+            .iter()
+            .filter(|i| i.kind == IndexKind::Secondary)
+            .map(|i| i.columns.clone())
+            .collect(),
+        columnar: m.columnar.is_some(),
+        ..LoadOptions::default()
+    })
 }
 
 impl DisplayAs for OoodeSink {
@@ -88,7 +96,7 @@ impl DataSink for OoodeSink {
     async fn write_all(
         &self,
         data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
+        context: &Arc<TaskContext>,
     ) -> Result<u64> {
         let dir = self.dir.clone();
         let lock = tokio::task::spawn_blocking(move || WriteLock::acquire(&dir))
@@ -124,6 +132,24 @@ impl DataSink for OoodeSink {
             _ => next.segments.push(name),
         }
         next.commit(&self.dir, &lock).map_err(to_df)?;
+        drop(lock);
+        let limit = context
+            .session_config()
+            .options()
+            .extensions
+            .get::<ooode::config::OoodeConfig>()
+            .map_or(0, |c| c.compact_segments);
+        if limit > 0 && next.segments.len() > limit {
+            // The insert is committed; a compaction that fails leaves it as it is.
+            let state = crate::with_ooode(
+                datafusion::execution::SessionStateBuilder::new()
+                    .with_default_features()
+                    .with_config(context.session_config().clone())
+                    .with_runtime_env(context.runtime_env()),
+            )
+            .build();
+            crate::compact::compact(&state, &self.dir).await?;
+        }
         Ok(rows)
     }
 }

@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod checked_store;
+pub mod compact;
 pub mod factory;
 pub mod insert;
 pub mod provider;
@@ -37,6 +38,7 @@ pub mod remote;
 pub mod upload;
 pub mod writer;
 
+pub use compact::{CompactFunction, CompactReport, compact_table};
 pub use factory::OoodeTableFactory;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, ooode_runtime, with_ooode};

@@ -64,17 +64,18 @@ impl OoodeTable {
     /// Opens the table in `dir` (checking its manifest and files).
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        let table = Table::open(&dir).map_err(to_df)?;
         let list = SegmentList::read(&dir).map_err(to_df)?;
+        let mut schema = None;
         let mut rows = 0;
         for seg in list.dirs(&dir) {
-            rows += match seg == dir {
-                true => table.manifest().row_count,
-                false => Table::open(&seg).map_err(to_df)?.manifest().row_count,
-            };
+            let table = Table::open(&seg).map_err(to_df)?;
+            rows += table.manifest().row_count;
+            schema.get_or_insert_with(|| table.schema().clone());
         }
+        let schema = schema
+            .ok_or_else(|| DataFusionError::Execution(format!("{}: no segments", dir.display())))?;
         Ok(Self {
-            schema: table.schema().clone(),
+            schema,
             rows: rows.into(),
             segments: list.segments.len().into(),
             columnar: Default::default(),
@@ -123,34 +124,50 @@ impl OoodeTable {
         let config = ooode_config(state);
         let runtime = OoodeRuntime::for_env(state.runtime_env());
         runtime.configure(&config);
-        let table = match &self.location {
-            Location::Local(dir) => runtime.table(dir, config.execution_mode, config.direct_io),
-            Location::Remote(remote) => runtime.remote_table(remote, config.execution_mode),
+        let tables = match &self.location {
+            Location::Local(dir) => local_snapshot(&runtime, &config, dir),
+            Location::Remote(remote) => runtime
+                .remote_table(remote, config.execution_mode)
+                .map(|t| vec![t]),
         };
-        let table = match table {
+        let tables = match tables {
             Ok(t) => t,
             Err(e) => return log::debug!("ooode: preparing {}: {e}", self.name),
         };
-        let nodes = table.load_pinned();
-        let footer = async {
-            match table.table().manifest().columnar.clone() {
-                Some(file) if config.columnar_scan => self
-                    .columnar_file(state, table.table(), &self.dir().join(file))
-                    .await
-                    .map(drop),
-                _ => Ok(()),
+        for table in tables {
+            let nodes = table.load_pinned();
+            let footer = async {
+                match table.table().manifest().columnar.clone() {
+                    Some(file) if config.columnar_scan => {
+                        let path = table.table().dir().join(file);
+                        self.columnar_file(state, table.table(), &path)
+                            .await
+                            .map(drop)
+                    }
+                    _ => Ok(()),
+                }
+            };
+            let (nodes, footer) = futures::join!(nodes, footer);
+            if let Err(e) = nodes {
+                log::debug!("ooode: pinning index nodes of {}: {e}", self.name);
             }
-        };
-        let (nodes, footer) = futures::join!(nodes, footer);
-        if let Err(e) = nodes {
-            log::debug!("ooode: pinning index nodes of {}: {e}", self.name);
+            if let Err(e) = footer {
+                log::debug!(
+                    "ooode: reading the columnar copy's footer of {}: {e}",
+                    self.name
+                );
+            }
         }
-        if let Err(e) = footer {
-            log::debug!(
-                "ooode: reading the columnar copy's footer of {}: {e}",
-                self.name
-            );
-        }
+    }
+
+    /// Rows when last counted (at open, or when last planned).
+    pub fn row_count(&self) -> u64 {
+        self.rows.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the table lives in object storage.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.location, Location::Remote(_))
     }
 
     /// Table directory (for a table in object storage, its URL).
@@ -354,6 +371,35 @@ impl OoodeTable {
     }
 }
 
+/// The segments of the local table in `dir` committed now, opened. Retired segments leave
+/// the runtime's cache (so that only plans still running hold them); a segment removed
+/// between reading the list and opening it (a compaction committed meanwhile) makes the
+/// list be read again.
+fn local_snapshot(
+    runtime: &OoodeRuntime,
+    config: &OoodeConfig,
+    dir: &Path,
+) -> ooode::storage::Result<Vec<Arc<ooode::access::TableIo>>> {
+    let mut attempts = 0;
+    loop {
+        let list = SegmentList::read(dir)?;
+        for retired in &list.retired {
+            runtime.forget_table(&dir.join(retired));
+        }
+        let opened: ooode::storage::Result<Vec<_>> = list
+            .dirs(dir)
+            .iter()
+            .map(|seg| runtime.table(seg, config.execution_mode, config.direct_io))
+            .collect();
+        match opened {
+            Err(_) if attempts == 0 && SegmentList::read(dir)?.version != list.version => {
+                attempts += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// What a scan of a table's Parquet copy needs to know about the file.
 #[derive(Debug)]
 struct ColumnarFile {
@@ -413,13 +459,7 @@ impl TableProvider for OoodeTable {
         runtime.configure(&config);
         // The query's snapshot: the segments committed now, each kept open by the plan.
         let tables = match &self.location {
-            Location::Local(dir) => {
-                let list = SegmentList::read(dir).map_err(to_df)?;
-                list.dirs(dir)
-                    .iter()
-                    .map(|seg| runtime.table(seg, config.execution_mode, config.direct_io))
-                    .collect::<ooode::storage::Result<Vec<_>>>()
-            }
+            Location::Local(dir) => local_snapshot(&runtime, &config, dir),
             Location::Remote(remote) => runtime
                 .remote_table(remote, config.execution_mode)
                 .map(|t| vec![t]),

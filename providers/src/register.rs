@@ -56,12 +56,24 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     if table_options.extensions.get::<OoodeCopyOptions>().is_none() {
         table_options.extensions.insert(OoodeCopyOptions::default());
     }
+    let mut functions = builder
+        .table_functions()
+        .take()
+        .map(|f| f.into_values().collect::<Vec<_>>())
+        .unwrap_or_default();
+    if !functions.iter().any(|f| f.name() == "ooode_compact") {
+        functions.push(Arc::new(datafusion::catalog::TableFunction::new(
+            "ooode_compact".into(),
+            Arc::new(crate::compact::CompactFunction),
+        )));
+    }
     builder
         .with_table_options(table_options)
         .with_file_formats(formats)
         .with_config(config)
         .with_physical_optimizer_rules(rules)
         .with_table_factory("OOODE".into(), Arc::new(OoodeTableFactory))
+        .with_table_function_list(functions)
 }
 
 /// A SessionContext with DataFusion's default features and ooode.

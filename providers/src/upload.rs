@@ -76,6 +76,8 @@ pub async fn upload_table(
                 format!("list the staged table {}: {e}", local.display()),
             )
         })?;
+    // Local bookkeeping (the readers' pin file) stays local.
+    names.retain(|n| !n.starts_with('.'));
     names.sort();
     if !names.iter().any(|n| n == MANIFEST_FILE) {
         return Err(failed(url, "the staged table has no manifest"));

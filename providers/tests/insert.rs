@@ -98,6 +98,7 @@ enum Op {
     Overwrite {
         count: u64,
     },
+    Compact,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -109,6 +110,7 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         2 => Just(Op::Values),
         1 => (0u64..500).prop_map(|count| Op::Overwrite { count }),
+        1 => Just(Op::Compact),
     ]
 }
 
@@ -143,6 +145,10 @@ async fn run_ops(ops: Vec<Op>) {
                 ok(&ctx, &format!("INSERT OVERWRITE t {rows}")).await;
                 ok(&ctx, "DELETE FROM m").await;
                 ok(&ctx, &format!("INSERT INTO m {rows}")).await;
+            }
+            Op::Compact => {
+                let out = ok(&ctx, "SELECT segments_after FROM ooode_compact('t')").await;
+                assert!(out.contains("| 1 "), "{out}");
             }
         }
         assert_same(&ctx, &format!("step {i} ({op:?})")).await;
@@ -249,4 +255,94 @@ async fn concurrent_writers_lose_no_row_and_readers_see_whole_commits() {
     )
     .await;
     assert_eq!(ok(&other, "SELECT count(*) AS n FROM t").await, out);
+}
+
+fn segments(dir: &Path) -> ooode::storage::segments::SegmentList {
+    ooode::storage::segments::SegmentList::read(dir).unwrap()
+}
+
+/// Compaction merges the segments into one (index plans then apply again); the old segments'
+/// files go only once no plan has them open; `ooode.compact_segments` compacts after inserts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_merges_segments_and_waits_for_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t");
+    let ctx = context();
+    twin_tables(&ctx, &t).await;
+    for i in 0..3 {
+        let rows = rows_sql(1000 + i * 400, 400, 90, 11);
+        for table in ["t", "m"] {
+            ok(&ctx, &format!("INSERT INTO {table} {rows}")).await;
+        }
+    }
+    assert_eq!(segments(&t).segments.len(), 4);
+    // A plan made now holds the four segments open.
+    let held = ctx
+        .sql("SELECT count(*), sum(k) FROM t")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let report = ooode_providers::compact_table(&ctx, "t").await.unwrap();
+    assert_eq!((report.segments_before, report.segments_after), (4, 1));
+    assert_eq!((report.removed, report.kept), (0, 4), "{report:?}");
+    assert_eq!(report.rows, 300 + 3 * 400);
+    let old = datafusion::physical_plan::collect(held, ctx.task_ctx())
+        .await
+        .unwrap();
+    let want = ok(&ctx, "SELECT count(*), sum(k) FROM m").await;
+    assert_eq!(
+        pretty_format_batches(&old)
+            .unwrap()
+            .to_string()
+            .replace("t.", "m."),
+        want
+    );
+    assert_same(&ctx, "compaction").await;
+    // Nothing holds them now: the next compaction removes them, the bulk load's files too.
+    let out = ok(&ctx, "SELECT * FROM ooode_compact('t')").await;
+    assert!(out.contains("removed_segments"), "{out}");
+    let list = segments(&t);
+    assert!(list.retired.is_empty(), "{list:?}");
+    assert_eq!(list.segments.len(), 1);
+    assert!(!t.join("manifest.json").exists() && !t.join("heap.0.pages").exists());
+    let dirs = std::fs::read_dir(&t)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_dir())
+        .count();
+    assert_eq!(dirs, 1);
+    assert_same(&ctx, "the second compaction").await;
+    // One segment: the index rule plans index scans again.
+    ok(&ctx, "SET ooode.index_join = 'always'").await;
+    let plan = ok(&ctx, "EXPLAIN SELECT k, name FROM t WHERE grp = 3").await;
+    assert!(plan.contains("IndexScanExec"), "{plan}");
+    // A new session opens the compacted table.
+    let other = context();
+    ok(
+        &other,
+        &format!(
+            "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+            t.display()
+        ),
+    )
+    .await;
+    assert_eq!(
+        ok(&other, "SELECT count(*), sum(k) FROM t").await,
+        ok(&ctx, "SELECT count(*), sum(k) FROM t").await
+    );
+    // Automatic compaction past two segments.
+    ok(&ctx, "SET ooode.compact_segments = 2").await;
+    for i in 0..4 {
+        let rows = rows_sql(9000 + i * 50, 50, 30, 7);
+        for table in ["t", "m"] {
+            ok(&ctx, &format!("INSERT INTO {table} {rows}")).await;
+        }
+        assert!(segments(&t).segments.len() <= 2, "after insert {i}");
+    }
+    assert_same(&ctx, "automatic compaction").await;
+    let e = sql(&ctx, "SELECT * FROM ooode_compact('m')")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not an ooode table"), "{e}");
 }

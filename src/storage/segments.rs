@@ -32,6 +32,9 @@ pub const SEGMENTS_FILE: &str = "segments.json";
 /// The lock file writers hold.
 pub const LOCK_FILE: &str = ".ooode-write.lock";
 
+/// In each segment's directory: readers hold a shared lock on it while the segment is open.
+pub const PIN_FILE: &str = ".ooode-pin";
+
 /// Prefix of a segment directory written by an insert.
 pub const SEGMENT_PREFIX: &str = "seg-";
 
@@ -146,15 +149,19 @@ impl SegmentList {
             .map_err(|e| StorageError::io(dir, "fsync", e))
     }
 
-    /// Removes segment directories no list names (left by writers that stopped before their
-    /// commit). Call with the lock held: then no writer is between writing and committing.
+    /// Removes segment directories no list names, and half-written ones (left by writers that
+    /// stopped before their commit). Call with the lock held: then no writer is between writing and committing.
     pub fn remove_uncommitted(&self, dir: &Path, _lock: &WriteLock) -> Result<Vec<String>> {
         let mut removed = Vec::new();
         let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, "list", e))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let known = self.segments.contains(&name) || self.retired.contains(&name);
-            if name.starts_with(SEGMENT_PREFIX) && !known && entry.path().is_dir() {
+            // A segment's loader writes into `.seg-....loading-...` and renames it whole.
+            let loading =
+                name.starts_with(&format!(".{SEGMENT_PREFIX}")) && name.contains(".loading-");
+            let orphan = (name.starts_with(SEGMENT_PREFIX) && !known) || loading;
+            if orphan && entry.path().is_dir() {
                 let path = entry.path();
                 std::fs::remove_dir_all(&path).map_err(|e| StorageError::io(&path, "remove", e))?;
                 removed.push(name);
@@ -162,6 +169,72 @@ impl SegmentList {
         }
         Ok(removed)
     }
+}
+
+/// A reader's hold on a segment: a shared `flock` on its [`PIN_FILE`], kept while the segment
+/// is open (by any query's plan, or a runtime's cache), in any process. A retired segment is
+/// removed only when its pin file can be locked exclusively.
+#[derive(Debug)]
+pub struct Pin {
+    _file: File,
+}
+
+impl Pin {
+    /// Pins the segment in `dir`; None where the pin file cannot be made (a read-only copy:
+    /// then no writer removes anything there either).
+    pub fn hold(dir: &Path) -> Option<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(PIN_FILE))
+            .ok()?;
+        file.lock_shared().ok()?;
+        Some(Self { _file: file })
+    }
+}
+
+/// Removes the retired segment `name` of the table in `dir` if no reader pins it; false if
+/// one does. Call with the write lock held. For ".", the table directory's own segment files
+/// go (the list, the lock and other segments stay).
+pub fn remove_segment(dir: &Path, name: &str, _lock: &WriteLock) -> Result<bool> {
+    let seg = if name == "." {
+        dir.to_path_buf()
+    } else {
+        dir.join(name)
+    };
+    if !seg.is_dir() {
+        return Ok(true);
+    }
+    let pin_path = seg.join(PIN_FILE);
+    let pin = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&pin_path)
+        .map_err(|e| StorageError::io(&pin_path, "open", e))?;
+    match pin.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => return Err(StorageError::io(&pin_path, "lock", e)),
+    }
+    if name != "." {
+        std::fs::remove_dir_all(&seg).map_err(|e| StorageError::io(&seg, "remove", e))?;
+        return Ok(true);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, "list", e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let keep = name.starts_with(SEGMENT_PREFIX)
+            || name.starts_with(SEGMENTS_FILE)
+            || name == LOCK_FILE
+            || name == PIN_FILE;
+        if !keep && entry.path().is_file() {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, "remove", e))?;
+        }
+    }
+    Ok(true)
 }
 
 /// The table's write lock (an exclusive `flock` on [`LOCK_FILE`]); released when dropped.
@@ -206,6 +279,7 @@ mod tests {
         let name = list.next_segment_name();
         std::fs::create_dir(dir.path().join(&name)).unwrap();
         std::fs::create_dir(dir.path().join("seg-000009-crashed")).unwrap();
+        std::fs::create_dir(dir.path().join(".seg-000010-x.loading-1f")).unwrap();
         let mut next = list.clone();
         next.version += 1;
         next.segments.push(name.clone());
@@ -214,7 +288,12 @@ mod tests {
         assert_eq!(back.segments, vec![".".to_string(), name.clone()]);
         assert_eq!(back.version, 1);
         let removed = back.remove_uncommitted(dir.path(), &lock).unwrap();
-        assert_eq!(removed, vec!["seg-000009-crashed".to_string()]);
+        let mut removed = removed;
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![".seg-000010-x.loading-1f", "seg-000009-crashed"]
+        );
         assert!(dir.path().join(&name).is_dir());
         drop(lock);
         let path = dir.path().join(SEGMENTS_FILE);

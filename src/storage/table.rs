@@ -68,6 +68,8 @@ pub struct Table {
     /// Size of the columnar (Parquet) copy when the table was opened, if it has one.
     columnar_bytes: Option<u64>,
     columnar_sums: Option<Arc<BlockSums>>,
+    /// A local table's hold on its files while it is open (see [`super::segments::Pin`]).
+    _pin: Option<super::segments::Pin>,
     /// In object storage.
     remote: bool,
 }
@@ -184,6 +186,10 @@ impl Table {
             }
             _ => None,
         };
+        let pin = remote
+            .is_none()
+            .then(|| super::segments::Pin::hold(&dir))
+            .flatten();
         Ok(Self {
             dir,
             manifest,
@@ -193,6 +199,7 @@ impl Table {
             indexes,
             columnar_bytes,
             columnar_sums,
+            _pin: pin,
             remote: remote.is_some(),
         })
     }
