@@ -270,7 +270,7 @@ async fn table_io_verifies_pages_and_names_damage() {
     assert!(io.heap_page(2, &m).await.is_ok());
     // Index pages come through the same path.
     let idx = &table.indexes()[1];
-    let root = io.index_page(1, idx.meta.tree.root, &m).await.unwrap();
+    let root = io.index_page(0, 1, idx.meta.tree.root, &m).await.unwrap();
     assert_eq!(
         &root[..],
         &idx.segment.read_page(idx.meta.tree.root).unwrap()[..]
@@ -293,14 +293,14 @@ async fn reads_after_damage_and_emptied_pool(
     let io = TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap();
     let m = IoMetrics::new();
     let metrics = &Counters::one(m.clone());
-    let e = io.index_page(index, page, metrics).await.unwrap_err();
+    let e = io.index_page(0, index, page, metrics).await.unwrap_err();
     assert!(matches!(e, StorageError::Corrupted { .. }), "{e}");
     faulty.clear();
     let mut reads = [0; 2];
     for r in &mut reads {
         pool.clear();
         let before = m.snapshot().reads;
-        io.index_page(index, page, metrics).await.unwrap();
+        io.index_page(0, index, page, metrics).await.unwrap();
         *r = m.snapshot().reads - before;
     }
     (io, pool, reads)
@@ -320,16 +320,22 @@ async fn index_nodes_that_outlive_an_emptied_pool() {
     let (io, pool, reads) = reads_after_damage_and_emptied_pool(&table, 1, tree.root).await;
     // Round 0 reads the root (its damaged copy was not kept); round 1 finds it kept.
     assert_eq!(reads, [1, 0]);
-    assert!(io.cached_index_page(1, tree.root, none).is_some());
-    io.index_page(1, 0, none).await.unwrap();
+    assert!(io.cached_index_page(0, 1, tree.root, none).is_some());
+    io.index_page(0, 1, 0, none).await.unwrap();
     pool.clear();
-    assert!(io.cached_index_page(1, 0, none).is_none(), "a dense leaf");
+    assert!(
+        io.cached_index_page(0, 1, 0, none).is_none(),
+        "a dense leaf"
+    );
     // Sparse clustering index on k: its leaf stays too.
     assert!(table.indexes()[0].meta.is_sparse());
     let (io, pool, reads) = reads_after_damage_and_emptied_pool(&table, 0, 0).await;
     assert_eq!(reads, [1, 0]);
     pool.clear();
-    assert!(io.cached_index_page(0, 0, none).is_some(), "a sparse leaf");
+    assert!(
+        io.cached_index_page(0, 0, 0, none).is_some(),
+        "a sparse leaf"
+    );
 }
 
 /// `load_pinned` reads every node that stays with the table in one read per run of
@@ -356,7 +362,7 @@ async fn pinned_nodes_load_in_few_large_reads() {
     );
     let none = &Counters::default();
     assert!(
-        io.cached_index_page(1, dense.meta.tree.root, none)
+        io.cached_index_page(0, 1, dense.meta.tree.root, none)
             .is_none()
     );
     faulty.clear();
@@ -372,16 +378,18 @@ async fn pinned_nodes_load_in_few_large_reads() {
     // Every kept node is there with the pool empty; a dense leaf is not.
     pool.clear();
     for p in dense.meta.tree.leaf_pages..dense.segment.pages() {
-        let page = io.cached_index_page(1, p, none).expect("inner node pinned");
+        let page = io
+            .cached_index_page(0, 1, p, none)
+            .expect("inner node pinned");
         assert_eq!(&page[..], &dense.segment.read_page(p).unwrap()[..]);
     }
     for p in 0..sparse_pages {
         assert!(
-            io.cached_index_page(0, p, none).is_some(),
+            io.cached_index_page(0, 0, p, none).is_some(),
             "sparse node {p}"
         );
     }
-    assert!(io.cached_index_page(1, 0, none).is_none());
+    assert!(io.cached_index_page(0, 1, 0, none).is_none());
     let before = engine.metrics().snapshot().reads;
     assert_eq!(io.load_pinned().await.unwrap(), 0);
     assert_eq!(engine.metrics().snapshot().reads, before);

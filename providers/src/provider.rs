@@ -318,9 +318,9 @@ impl OoodeTable {
 }
 
 impl OoodeTable {
-    /// The scan of one segment of the table.
+    /// The scan of the table's segments `table`.
     #[allow(clippy::too_many_arguments)]
-    async fn scan_segment(
+    async fn scan_table(
         &self,
         state: &dyn Session,
         config: &OoodeConfig,
@@ -334,7 +334,6 @@ impl OoodeTable {
             ooode::exec::ExecutionMode::InOrder => 1,
             ooode::exec::ExecutionMode::OutOfOrder => state.config().target_partitions(),
         };
-        let columnar_file = table.table().manifest().columnar.clone();
         let query = QueryIo::new(runtime, config);
         let scan = OoodeScanExec::new(
             table.clone(),
@@ -358,12 +357,32 @@ impl OoodeTable {
             }
             None => scan,
         };
-        match columnar_file {
-            Some(file) if config.columnar_scan => {
-                let path = table.table().dir().join(file);
-                let parquet = self
-                    .parquet_scan(state, table.table(), &path, projection, limit)
-                    .await?;
+        // Full scans read the segments' columnar copies when they all have one.
+        let segments: Vec<&Arc<Table>> = (0..table.segments())
+            .filter_map(|part| table.segment(part))
+            .collect();
+        let copies: Option<Vec<_>> = segments
+            .iter()
+            .map(|t| {
+                t.manifest()
+                    .columnar
+                    .as_ref()
+                    .map(|f| (*t, t.dir().join(f)))
+            })
+            .collect();
+        match copies {
+            Some(copies) if config.columnar_scan => {
+                let mut plans = Vec::with_capacity(copies.len());
+                for (segment, path) in copies {
+                    plans.push(
+                        self.parquet_scan(state, segment, &path, projection, limit)
+                            .await?,
+                    );
+                }
+                let parquet = match plans.len() {
+                    1 => plans.remove(0),
+                    _ => datafusion::physical_plan::union::UnionExec::try_new(plans)?,
+                };
                 Ok(Arc::new(scan.with_columnar(parquet)))
             }
             _ => Ok(Arc::new(scan)),
@@ -465,26 +484,22 @@ impl TableProvider for OoodeTable {
                 .map(|t| vec![t]),
         }
         .map_err(to_df)?;
-        let rows: u64 = tables.iter().map(|t| t.table().manifest().row_count).sum();
-        self.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+        let segments = tables.len();
+        // Several segments (a table that grew by INSERT) are read as one table: scans read
+        // each segment's pages or columnar copy, index plans probe every segment's index.
+        let table = match tables.as_slice() {
+            [one] => one.clone(),
+            _ => Arc::new(ooode::access::TableIo::combine(&tables).map_err(to_df)?),
+        };
+        self.rows
+            .store(table.row_count(), std::sync::atomic::Ordering::Relaxed);
         self.segments
-            .store(tables.len(), std::sync::atomic::Ordering::Relaxed);
+            .store(segments, std::sync::atomic::Ordering::Relaxed);
         let projection = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
-        let mut plans = Vec::with_capacity(tables.len());
-        for table in tables {
-            plans.push(
-                self.scan_segment(state, &config, &runtime, table, &projection, filters, limit)
-                    .await?,
-            );
-        }
-        // One segment: the scan itself, which the index rule turns into index plans. Several
-        // (a table that grew by INSERT): their union, read by full scans.
-        match plans.len() {
-            1 => Ok(plans.remove(0)),
-            _ => datafusion::physical_plan::union::UnionExec::try_new(plans),
-        }
+        self.scan_table(state, &config, &runtime, table, &projection, filters, limit)
+            .await
     }
 
     fn supports_filters_pushdown(

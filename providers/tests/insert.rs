@@ -33,6 +33,12 @@ async fn twin_tables(ctx: &SessionContext, dir: &Path) {
     .await;
     ok(
         ctx,
+        "CREATE TABLE o (k BIGINT, v VARCHAR) AS VALUES (3, 'a'), (12, 'b'), (NULL, 'c'), \
+         (999, 'd'), (5, 'e'), (1, 'f')",
+    )
+    .await;
+    ok(
+        ctx,
         &format!(
             "COPY (SELECT * FROM m) TO '{}' STORED AS OOODE OPTIONS \
              ('ooode.clustering_key' 'k', 'ooode.indexes' 'grp', 'ooode.page_size' '4KiB')",
@@ -67,6 +73,9 @@ const CHECKS: &[&str] = &[
     "SELECT k, grp, name FROM {t} WHERE grp = 3 ORDER BY k NULLS FIRST, grp, name",
     "SELECT k, count(*) FROM {t} WHERE k BETWEEN 10 AND 14 GROUP BY k ORDER BY k",
     "SELECT count(*) FROM {t} WHERE k IS NULL",
+    "SELECT o.v, count(*), sum({t}.grp) FROM o JOIN {t} ON o.k = {t}.k GROUP BY o.v ORDER BY o.v",
+    "SELECT o.v, count(*), min({t}.name) FROM o JOIN {t} ON o.k = {t}.grp GROUP BY o.v \
+     ORDER BY o.v",
 ];
 
 /// Every check, on `t` and on `m`, with the columnar copy and the heap pages, index plans
@@ -276,6 +285,17 @@ async fn compaction_merges_segments_and_waits_for_readers() {
         }
     }
     assert_eq!(segments(&t).segments.len(), 4);
+    // Index plans over the four segments: each probe looks its key up in every segment.
+    ok(&ctx, "SET ooode.index_join = 'always'").await;
+    let plan = ok(&ctx, "EXPLAIN SELECT k, name FROM t WHERE grp = 3").await;
+    assert!(plan.contains("IndexScanExec"), "{plan}");
+    let plan = ok(
+        &ctx,
+        "EXPLAIN SELECT o.v, t.name FROM o JOIN t ON o.k = t.k",
+    )
+    .await;
+    assert!(plan.contains("IndexJoinExec"), "{plan}");
+    assert_same(&ctx, "three inserts").await;
     // A plan made now holds the four segments open.
     let held = ctx
         .sql("SELECT count(*), sum(k) FROM t")

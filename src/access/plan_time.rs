@@ -38,7 +38,6 @@ use super::budget::QueryIo;
 use super::steps::{StepCtx, count, group_by_page, heap_page, lookup_leaves};
 use super::table_io::TableIo;
 use crate::io::IoMetrics;
-use crate::storage::Table;
 use crate::storage::btree::KeyRange;
 
 /// At most this many ranges are counted exactly; the rest are extrapolated.
@@ -103,22 +102,23 @@ pub fn count_ranges_now(
 /// The estimate of an index scan over `ranges` ranges of index `index_no` whose
 /// [`counted_ranges`] hold `entries` entries.
 pub fn estimate_from_counts(
-    table: &Table,
+    io: &TableIo,
     index_no: usize,
     ranges: usize,
     entries: u64,
 ) -> ScanEstimate {
+    let table = io.table();
     let Some(index) = table.indexes().get(index_no) else {
         return ScanEstimate {
             rows: usize::MAX,
             pages: usize::MAX,
         };
     };
-    let m = table.manifest();
-    let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
+    let rows_per_page = io.row_count() as f64 / io.heap_pages().max(1) as f64;
     let counted = ranges.min(COUNTED_RANGES);
     let entries = entries as f64 * ranges as f64 / counted.max(1) as f64;
-    let descents = ranges * index.meta.tree.height as usize;
+    // Each segment has its own tree to walk.
+    let descents = ranges * index.meta.tree.height as usize * io.segments();
     if index.meta.is_sparse() {
         // Entries are pages; one more page per range where the range starts mid-page.
         let pages = entries + ranges as f64;
@@ -127,7 +127,7 @@ pub fn estimate_from_counts(
             pages: pages as usize + descents,
         }
     } else {
-        let pages = entries.min(m.heap_pages as f64);
+        let pages = entries.min(io.heap_pages() as f64);
         ScanEstimate {
             rows: entries as usize,
             pages: pages as usize + descents,
@@ -192,13 +192,8 @@ async fn read_smallest(
     let mut best: Option<(usize, IndexRanges)> = None;
     for candidate in candidates {
         let entries = count_ranges(&table, candidate.index, &candidate.ranges, &ctx).await?;
-        let pages = estimate_from_counts(
-            table.table(),
-            candidate.index,
-            candidate.ranges.len(),
-            entries,
-        )
-        .pages;
+        let pages =
+            estimate_from_counts(&table, candidate.index, candidate.ranges.len(), entries).pages;
         if best.as_ref().is_none_or(|b| pages < b.0) {
             best = Some((pages, candidate));
         }

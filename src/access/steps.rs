@@ -28,6 +28,7 @@ use super::table_io::{Counters, TableIo};
 use crate::io::{IoMetrics, PageBuf};
 use crate::storage::StorageError;
 use crate::storage::btree::{CountCursor, KeyRange, RangeCursor, RowId};
+use crate::storage::manifest::IndexMeta;
 
 /// Converts a storage error into a DataFusion error, once, at the boundary.
 pub fn to_df(e: StorageError) -> DataFusionError {
@@ -111,20 +112,21 @@ pub async fn heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> Result<H
     })
 }
 
-/// Node `page_no` of the `index`-th index of `table`. Cached nodes (the upper B+tree levels,
-/// mostly) cost no permit.
+/// Node `page_no` of the `index`-th index of segment `part` of `table`. Cached nodes (the
+/// upper B+tree levels, mostly) cost no permit.
 pub async fn index_page(
     table: &TableIo,
+    part: usize,
     index: usize,
     page_no: u64,
     ctx: &StepCtx,
 ) -> Result<PageBuf> {
-    if let Some(page) = table.cached_index_page(index, page_no, &ctx.counters) {
+    if let Some(page) = table.cached_index_page(part, index, page_no, &ctx.counters) {
         return Ok(page);
     }
     let _permit = ctx.permit().await;
     table
-        .index_page(index, page_no, &ctx.counters)
+        .index_page(part, index, page_no, &ctx.counters)
         .await
         .map_err(to_df)
 }
@@ -135,37 +137,79 @@ fn no_index(index: usize) -> DataFusionError {
     )))
 }
 
-fn index_file(table: &TableIo, index: usize, page_no: u64) -> Result<&Path> {
+fn index_file(table: &TableIo, part: usize, index: usize, page_no: u64) -> Result<&Path> {
     table
-        .index_file(index, page_no)
+        .index_file(part, index, page_no)
         .ok_or_else(|| no_index(index))
+}
+
+/// The `index`-th index of segment `part`.
+fn index_meta(table: &TableIo, part: usize, index: usize) -> Result<&IndexMeta> {
+    table
+        .segment(part)
+        .and_then(|t| t.indexes().get(index))
+        .map(|i| &i.meta)
+        .ok_or_else(|| no_index(index))
+}
+
+/// Row ids (or heap page row ids) of segment `part` as the table's: its pages follow the
+/// pages of the segments before it.
+fn shift(ids: &mut [u64], table: &TableIo, part: usize) {
+    let base = table.heap_base(part) << 16;
+    if base > 0 {
+        ids.iter_mut().for_each(|id| *id += base);
+    }
 }
 
 /// The row ids (or heap page row ids, for a sparse index) of the keys in `range` of the
 /// `index`-th index of `table`, one leaf at a time: a long range is never gathered whole.
+/// Over several segments, each segment's tree is walked at the same time.
 pub fn lookup_leaves(
     table: Arc<TableIo>,
     index: usize,
     range: KeyRange,
     ctx: StepCtx,
 ) -> impl Stream<Item = Result<Vec<u64>>> + Send + 'static {
+    let walks: Vec<_> = (0..table.segments())
+        .map(|part| {
+            futures::StreamExt::boxed(part_leaves(
+                table.clone(),
+                part,
+                index,
+                range.clone(),
+                ctx.clone(),
+            ))
+        })
+        .collect();
+    futures::stream::select_all(walks)
+}
+
+fn part_leaves(
+    table: Arc<TableIo>,
+    part: usize,
+    index: usize,
+    range: KeyRange,
+    ctx: StepCtx,
+) -> impl Stream<Item = Result<Vec<u64>>> + Send + 'static {
     // TableIo verifies every page once, when it is read; the walk need not again.
-    let cursor =
-        table.table().indexes().get(index).map(|i| {
-            RangeCursor::new(&i.meta.tree, range, i.meta.is_sparse()).with_verified_pages()
-        });
+    let cursor = index_meta(&table, part, index)
+        .map(|m| RangeCursor::new(&m.tree, range, m.is_sparse()).with_verified_pages());
     futures::stream::try_unfold(
-        (table, cursor, ctx),
+        (table, Some(cursor), ctx),
         move |(table, cursor, ctx)| async move {
-            let mut cursor = cursor.ok_or_else(|| no_index(index))?;
+            let Some(cursor) = cursor else {
+                return Ok(None);
+            };
+            let mut cursor = cursor?;
             let mut out = Vec::new();
             while let Some(page_no) = cursor.next_page() {
-                let page = index_page(&table, index, page_no, &ctx).await?;
+                let page = index_page(&table, part, index, page_no, &ctx).await?;
                 cursor
-                    .feed(&page, index_file(&table, index, page_no)?, &mut out)
+                    .feed(&page, index_file(&table, part, index, page_no)?, &mut out)
                     .map_err(to_df)?;
                 if !out.is_empty() {
-                    return Ok(Some((out, (table, Some(cursor), ctx))));
+                    shift(&mut out, &table, part);
+                    return Ok(Some((out, (table, Some(Ok(cursor)), ctx))));
                 }
             }
             Ok(None)
@@ -184,25 +228,28 @@ pub fn lookup_cached(
     counters: &Counters,
     max: usize,
 ) -> Result<Option<Vec<u64>>> {
-    let Some(handle) = table.table().indexes().get(index) else {
-        return Err(no_index(index));
-    };
-    let meta = &handle.meta;
-    let mut cursor = RangeCursor::new(&meta.tree, range, meta.is_sparse()).with_verified_pages();
     let mut out = Vec::new();
     let mut visited = 0;
     let quiet = Counters::default();
-    while let Some(page_no) = cursor.next_page() {
-        let Some(page) = table.cached_index_page(index, page_no, &quiet) else {
-            return Ok(None);
-        };
-        visited += 1;
-        cursor
-            .feed(&page, index_file(table, index, page_no)?, &mut out)
-            .map_err(to_df)?;
-        if out.len() > max {
-            return Ok(None);
+    for part in 0..table.segments() {
+        let meta = index_meta(table, part, index)?;
+        let mut cursor =
+            RangeCursor::new(&meta.tree, range.clone(), meta.is_sparse()).with_verified_pages();
+        let mut found = Vec::new();
+        while let Some(page_no) = cursor.next_page() {
+            let Some(page) = table.cached_index_page(part, index, page_no, &quiet) else {
+                return Ok(None);
+            };
+            visited += 1;
+            cursor
+                .feed(&page, index_file(table, part, index, page_no)?, &mut found)
+                .map_err(to_df)?;
+            if out.len() + found.len() > max {
+                return Ok(None);
+            }
         }
+        shift(&mut found, table, part);
+        out.append(&mut found);
     }
     (0..visited).for_each(|_| counters.hit());
     Ok(Some(out))
@@ -221,17 +268,26 @@ pub async fn lookup(
     Ok(parts.concat())
 }
 
-/// Entries of the `index`-th index of `table` in `range`: its two bounds are looked up at
-/// the same time (entries up to the upper bound, plus entries from the lower bound, minus all
-/// entries), so a count costs one tree height of dependent reads.
+/// Entries of the `index`-th index of `table` in `range`: in each segment its two bounds are
+/// looked up at the same time (entries up to the upper bound, plus entries from the lower
+/// bound, minus all entries), all segments together, so a count costs one tree height of
+/// dependent reads.
 pub async fn count(table: &TableIo, index: usize, range: &KeyRange, ctx: &StepCtx) -> Result<u64> {
-    let tree = &table
-        .table()
-        .indexes()
-        .get(index)
-        .ok_or_else(|| no_index(index))?
-        .meta
-        .tree;
+    let counts = futures::future::try_join_all(
+        (0..table.segments()).map(|part| count_part(table, part, index, range, ctx)),
+    )
+    .await?;
+    Ok(counts.iter().sum())
+}
+
+async fn count_part(
+    table: &TableIo,
+    part: usize,
+    index: usize,
+    range: &KeyRange,
+    ctx: &StepCtx,
+) -> Result<u64> {
+    let tree = &index_meta(table, part, index)?.tree;
     let up_to_upper = KeyRange {
         lower: std::ops::Bound::Unbounded,
         upper: range.upper.clone(),
@@ -243,9 +299,9 @@ pub async fn count(table: &TableIo, index: usize, range: &KeyRange, ctx: &StepCt
     let walk = |r: KeyRange| async move {
         let mut cursor = CountCursor::new(tree, &r);
         while let Some(page_no) = cursor.next_page() {
-            let page = index_page(table, index, page_no, ctx).await?;
+            let page = index_page(table, part, index, page_no, ctx).await?;
             cursor
-                .feed(&page, index_file(table, index, page_no)?)
+                .feed(&page, index_file(table, part, index, page_no)?)
                 .map_err(to_df)?;
         }
         Ok::<_, DataFusionError>(cursor.count().unwrap_or(0))

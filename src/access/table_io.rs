@@ -75,7 +75,7 @@ pub struct FileKeys<'a> {
     pub version: &'a dyn Fn(&Path) -> Option<String>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SegmentFiles {
     files: Vec<FileId>,
     /// The same files, for error messages (shared, not copied per read).
@@ -204,41 +204,69 @@ const PIN_RUN_BYTES: usize = 4 << 20;
 /// Reads of [`TableIo::load_pinned`] in flight at once.
 const PIN_READS_IN_FLIGHT: usize = 16;
 
-/// Reads the pages of one table.
+/// Reads the pages of one table: of its one segment, or of several (a table that grew by
+/// INSERT) as one. Heap pages are numbered across the segments (segment `p`'s page `n` is
+/// page `heap_base(p) + n`), so row ids and page numbers mean one page of one segment
+/// everywhere above; index nodes are named by segment and page (each segment has its own
+/// B+trees, and a lookup walks each of them).
 #[derive(Debug)]
 pub struct TableIo {
     table: Arc<Table>,
     engine: Arc<dyn IoEngine>,
     pool: Arc<BufferPool>,
-    heap: SegmentFiles,
-    indexes: Vec<SegmentFiles>,
+    parts: Vec<Part>,
+    heap_pages: u64,
+    rows: u64,
 }
 
-impl TableIo {
-    /// Opens the files of the local `table` in `engine`.
-    pub fn open(
-        table: Arc<Table>,
-        engine: Arc<dyn IoEngine>,
-        pool: Arc<BufferPool>,
-    ) -> Result<Self> {
-        let p = pool.clone();
-        let keys = FileKeys {
-            pool: &|path| p.file_key(path),
-            version: &|_| None,
-        };
-        Self::open_with_keys(table, engine, pool, &keys)
+/// Fails unless every segment has the first one's schema, page size and indexes.
+fn check_alike(tables: &[Arc<Table>]) -> Result<()> {
+    let Some(first) = tables.first() else {
+        return Ok(());
+    };
+    for table in tables {
+        let differs = table.schema() != first.schema()
+            || table.manifest().page_size != first.manifest().page_size
+            || table.indexes().len() != first.indexes().len()
+            || table
+                .indexes()
+                .iter()
+                .zip(first.indexes())
+                .any(|(a, b)| a.meta.columns != b.meta.columns || a.meta.kind != b.meta.kind);
+        if differs {
+            return Err(StorageError::corrupted(
+                table.dir().join(crate::storage::manifest::MANIFEST_FILE),
+                None,
+                format!(
+                    "segment {} differs from {} in schema, page size or indexes",
+                    table.dir().display(),
+                    first.dir().display()
+                ),
+            ));
+        }
     }
+    Ok(())
+}
 
-    /// Opens the files of `table` in `engine`, named in the pool and the engine by `keys`
-    /// (for a table in object storage: by the object's URL and version).
-    pub fn open_with_keys(
+/// One segment's files.
+#[derive(Debug, Clone)]
+struct Part {
+    table: Arc<Table>,
+    heap: SegmentFiles,
+    indexes: Vec<SegmentFiles>,
+    /// Heap pages of the segments before this one.
+    heap_base: u64,
+}
+
+impl Part {
+    fn open(
         table: Arc<Table>,
-        engine: Arc<dyn IoEngine>,
-        pool: Arc<BufferPool>,
+        engine: &dyn IoEngine,
         keys: &FileKeys<'_>,
+        heap_base: u64,
     ) -> Result<Self> {
         let heap = SegmentFiles::open(
-            engine.as_ref(),
+            engine,
             keys,
             table.heap(),
             crate::storage::loader::HEAP_SEGMENT,
@@ -250,7 +278,7 @@ impl TableIo {
             .iter()
             .map(|i| {
                 SegmentFiles::open(
-                    engine.as_ref(),
+                    engine,
                     keys,
                     &i.segment,
                     &i.meta.segment,
@@ -261,21 +289,137 @@ impl TableIo {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             table,
-            engine,
-            pool,
             heap,
             indexes,
+            heap_base,
+        })
+    }
+}
+
+impl TableIo {
+    /// Opens the files of the local `table` in `engine`.
+    pub fn open(
+        table: Arc<Table>,
+        engine: Arc<dyn IoEngine>,
+        pool: Arc<BufferPool>,
+    ) -> Result<Self> {
+        Self::open_segments(vec![table], engine, pool)
+    }
+
+    /// Opens the local segments `tables` of one table (the same schema and indexes) as one.
+    pub fn open_segments(
+        tables: Vec<Arc<Table>>,
+        engine: Arc<dyn IoEngine>,
+        pool: Arc<BufferPool>,
+    ) -> Result<Self> {
+        let p = pool.clone();
+        let keys = FileKeys {
+            pool: &|path| p.file_key(path),
+            version: &|_| None,
+        };
+        Self::open_parts(tables, engine, pool, &keys)
+    }
+
+    /// Opens the files of `table` in `engine`, named in the pool and the engine by `keys`
+    /// (for a table in object storage: by the object's URL and version).
+    pub fn open_with_keys(
+        table: Arc<Table>,
+        engine: Arc<dyn IoEngine>,
+        pool: Arc<BufferPool>,
+        keys: &FileKeys<'_>,
+    ) -> Result<Self> {
+        Self::open_parts(vec![table], engine, pool, keys)
+    }
+
+    fn open_parts(
+        tables: Vec<Arc<Table>>,
+        engine: Arc<dyn IoEngine>,
+        pool: Arc<BufferPool>,
+        keys: &FileKeys<'_>,
+    ) -> Result<Self> {
+        let Some(first) = tables.first().cloned() else {
+            return Err(StorageError::InvalidArgument(
+                "a table of no segments".into(),
+            ));
+        };
+        let mut parts = Vec::with_capacity(tables.len());
+        let (mut heap_pages, mut rows) = (0u64, 0u64);
+        check_alike(&tables)?;
+        for table in tables {
+            let m = table.manifest();
+            // Row ids keep the page number in 48 bits.
+            if heap_pages + m.heap_pages >= 1 << 47 {
+                return Err(StorageError::InvalidArgument("too many heap pages".into()));
+            }
+            let part = Part::open(table.clone(), engine.as_ref(), keys, heap_pages)?;
+            heap_pages += m.heap_pages;
+            rows += m.row_count;
+            parts.push(part);
+        }
+        Ok(Self {
+            table: first,
+            engine,
+            pool,
+            parts,
+            heap_pages,
+            rows,
         })
     }
 
-    /// Shares the pinned nodes of `other`, an opening of the same table in another
+    /// The segments of `singles` (each an opened table of one segment, all in one engine and
+    /// pool) read as one table, sharing their open files and pinned nodes.
+    pub fn combine(singles: &[Arc<TableIo>]) -> Result<Self> {
+        let Some(first) = singles.first() else {
+            return Err(StorageError::InvalidArgument(
+                "a table of no segments".into(),
+            ));
+        };
+        let tables: Vec<Arc<Table>> = singles.iter().map(|s| s.table.clone()).collect();
+        let mut parts = Vec::with_capacity(singles.len());
+        let (mut heap_pages, mut rows) = (0u64, 0u64);
+        for single in singles {
+            let same_io = Arc::ptr_eq(&single.engine, &first.engine)
+                && Arc::ptr_eq(&single.pool, &first.pool);
+            let [part] = single.parts.as_slice() else {
+                return Err(StorageError::InvalidArgument(
+                    "combine takes tables of one segment each".into(),
+                ));
+            };
+            if !same_io {
+                return Err(StorageError::InvalidArgument(
+                    "combined segments must share engine and pool".into(),
+                ));
+            }
+            let mut part = part.clone();
+            part.heap_base = heap_pages;
+            heap_pages += single.heap_pages;
+            rows += single.rows;
+            parts.push(part);
+        }
+        check_alike(&tables)?;
+        if heap_pages >= 1 << 47 {
+            return Err(StorageError::InvalidArgument("too many heap pages".into()));
+        }
+        Ok(Self {
+            table: first.table.clone(),
+            engine: first.engine.clone(),
+            pool: first.pool.clone(),
+            parts,
+            heap_pages,
+            rows,
+        })
+    }
+
+    /// Shares the pinned nodes of `other`, an opening of the same segments in another
     /// execution mode: nodes read by one are found by the other.
     pub fn share_pinned(&mut self, other: &TableIo) {
-        if !Arc::ptr_eq(&self.table, &other.table) {
-            return;
-        }
-        for (mine, theirs) in self.indexes.iter_mut().zip(&other.indexes) {
-            mine.pinned = theirs.pinned.clone();
+        for (mine, theirs) in self.parts.iter_mut().zip(&other.parts) {
+            if !Arc::ptr_eq(&mine.table, &theirs.table) {
+                continue;
+            }
+            for (a, b) in mine.indexes.iter_mut().zip(&theirs.indexes) {
+                a.pinned = b.pinned.clone();
+            }
         }
     }
 
@@ -288,29 +432,34 @@ impl TableIo {
     /// reported, again by the query that needs it.
     pub async fn load_pinned(&self) -> Result<usize> {
         use futures::{StreamExt, TryStreamExt};
-        let runs: Vec<(usize, usize, u64, Vec<u64>)> = (self.indexes.iter().enumerate())
-            .flat_map(|(index, seg)| {
-                let runs = seg.unpinned_runs().into_iter();
-                runs.map(move |(path, offset, pages)| (index, path, offset, pages))
-            })
-            .collect();
+        let mut runs: Vec<(usize, usize, usize, u64, Vec<u64>)> = Vec::new();
+        for (part_no, part) in self.parts.iter().enumerate() {
+            for (index, seg) in part.indexes.iter().enumerate() {
+                for (path, offset, pages) in seg.unpinned_runs() {
+                    runs.push((part_no, index, path, offset, pages));
+                }
+            }
+        }
         futures::stream::iter(runs)
-            .map(|(index, path, offset, pages)| self.pin_run(index, path, offset, pages))
+            .map(|(part, index, path, offset, pages)| {
+                self.pin_run(part, index, path, offset, pages)
+            })
             .buffer_unordered(PIN_READS_IN_FLIGHT)
             .try_fold(0, |total, n| async move { Ok(total + n) })
             .await
     }
 
-    /// Reads the consecutive nodes `pages` of the `index`-th index, at `offset` of its
-    /// `path`-th file, in one read; pins them if all pass their checks.
+    /// Reads the consecutive nodes `pages` of the `index`-th index of segment `part`, at
+    /// `offset` of its `path`-th file, in one read; pins them if all pass their checks.
     async fn pin_run(
         &self,
+        part: usize,
         index: usize,
         path: usize,
         offset: u64,
         pages: Vec<u64>,
     ) -> Result<usize> {
-        let seg = &self.indexes[index];
+        let seg = &self.parts[part].indexes[index];
         let page_size = self.page_size();
         let file = &seg.paths[path];
         let bytes = self
@@ -342,9 +491,34 @@ impl TableIo {
         Ok(count)
     }
 
-    /// The table.
+    /// The table (of several segments: the first; they share schema and indexes).
     pub fn table(&self) -> &Arc<Table> {
         &self.table
+    }
+
+    /// Segments read as one.
+    pub fn segments(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Segment `part`'s table.
+    pub fn segment(&self, part: usize) -> Option<&Arc<Table>> {
+        self.parts.get(part).map(|p| &p.table)
+    }
+
+    /// The number of segment `part`'s first heap page among all heap pages.
+    pub fn heap_base(&self, part: usize) -> u64 {
+        self.parts.get(part).map_or(0, |p| p.heap_base)
+    }
+
+    /// Heap pages of all segments.
+    pub fn heap_pages(&self) -> u64 {
+        self.heap_pages
+    }
+
+    /// Rows of all segments.
+    pub fn row_count(&self) -> u64 {
+        self.rows
     }
 
     /// The engine.
@@ -359,35 +533,47 @@ impl TableIo {
 
     /// Page size in bytes.
     pub fn page_size(&self) -> usize {
-        self.heap.striping.page_size
+        self.parts[0].heap.striping.page_size
+    }
+
+    /// The segment holding heap page `page_no` and the page's number there.
+    fn heap_part(&self, page_no: u64) -> (&Part, u64) {
+        let at = self
+            .parts
+            .partition_point(|p| p.heap_base <= page_no)
+            .saturating_sub(1);
+        let part = &self.parts[at];
+        (part, page_no - part.heap_base)
     }
 
     /// Heap page `page_no`, verified; reads and hits are counted in `counters`.
     pub async fn heap_page(&self, page_no: u64, counters: &Counters) -> Result<PageBuf> {
-        self.read(
-            &self.heap,
-            page_no,
-            PageHint::Data,
-            PageKind::Heap,
-            counters,
-        )
-        .await
+        let (part, local) = self.heap_part(page_no);
+        self.read(&part.heap, local, PageHint::Data, PageKind::Heap, counters)
+            .await
     }
 
-    fn index(&self, index: usize) -> Result<&SegmentFiles> {
-        self.indexes.get(index).ok_or_else(|| {
-            StorageError::InvalidArgument(format!("table has no index number {index}"))
-        })
+    fn index(&self, part: usize, index: usize) -> Result<&SegmentFiles> {
+        self.parts
+            .get(part)
+            .and_then(|p| p.indexes.get(index))
+            .ok_or_else(|| {
+                StorageError::InvalidArgument(format!(
+                    "table has no index number {index} in segment {part}"
+                ))
+            })
     }
 
-    /// Page `page_no` of the `index`-th index (in manifest order), verified.
+    /// Node `page_no` of the `index`-th index (in manifest order) of segment `part`,
+    /// verified.
     pub async fn index_page(
         &self,
+        part: usize,
         index: usize,
         page_no: u64,
         counters: &Counters,
     ) -> Result<PageBuf> {
-        let seg = self.index(index)?;
+        let seg = self.index(part, index)?;
         let (hint, kind, pin) = seg.node_class(page_no);
         if pin && let Some(page) = seg.pinned_node(page_no) {
             counters.hit();
@@ -402,17 +588,20 @@ impl TableIo {
 
     /// Heap page `page_no` if the buffer pool holds it (no read, no waiting); counted as a hit.
     pub fn cached_heap_page(&self, page_no: u64, counters: &Counters) -> Option<PageBuf> {
-        self.cached(&self.heap, page_no, PageHint::Data, counters)
+        let (part, local) = self.heap_part(page_no);
+        self.cached(&part.heap, local, PageHint::Data, counters)
     }
 
-    /// Page `page_no` of the `index`-th index if it is pinned or the buffer pool holds it.
+    /// Node `page_no` of the `index`-th index of segment `part` if it is pinned or the
+    /// buffer pool holds it.
     pub fn cached_index_page(
         &self,
+        part: usize,
         index: usize,
         page_no: u64,
         counters: &Counters,
     ) -> Option<PageBuf> {
-        let seg = self.indexes.get(index)?;
+        let seg = self.parts.get(part)?.indexes.get(index)?;
         let (hint, _, pin) = seg.node_class(page_no);
         if pin && let Some(page) = seg.pinned_node(page_no) {
             counters.hit();
@@ -441,12 +630,14 @@ impl TableIo {
 
     /// The file holding heap page `page_no` (for error messages).
     pub fn heap_file(&self, page_no: u64) -> &Path {
-        &self.heap.paths[self.heap.striping.locate(page_no).0]
+        let (part, local) = self.heap_part(page_no);
+        &part.heap.paths[part.heap.striping.locate(local).0]
     }
 
-    /// The file holding node `page_no` of the `index`-th index (for error messages).
-    pub fn index_file(&self, index: usize, page_no: u64) -> Option<&Path> {
-        let seg = self.indexes.get(index)?;
+    /// The file holding node `page_no` of the `index`-th index of segment `part` (for error
+    /// messages).
+    pub fn index_file(&self, part: usize, index: usize, page_no: u64) -> Option<&Path> {
+        let seg = self.parts.get(part)?.indexes.get(index)?;
         Some(&seg.paths[seg.striping.locate(page_no).0])
     }
 

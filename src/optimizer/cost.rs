@@ -12,12 +12,18 @@ use crate::storage::{IndexHandle, Table};
 
 /// What a full scan of `table` reads, in pages: the Parquet copy's size when there is one
 /// (compressed, and a scan reads only its columns, so this is an upper bound), else the heap.
-pub fn scan_pages(table: &Table) -> f64 {
-    let m = table.manifest();
-    let columnar = table
-        .columnar_bytes()
-        .map(|bytes| bytes as f64 / m.page_size as f64);
-    columnar.unwrap_or(m.heap_pages as f64).max(1.0)
+pub fn scan_pages(io: &TableIo) -> f64 {
+    let pages: f64 = (0..io.segments())
+        .filter_map(|part| io.segment(part))
+        .map(|table| {
+            let m = table.manifest();
+            let columnar = table
+                .columnar_bytes()
+                .map(|bytes| bytes as f64 / m.page_size as f64);
+            columnar.unwrap_or(m.heap_pages as f64)
+        })
+        .sum();
+    pages.max(1.0)
 }
 
 /// Estimated rows and page reads of an index scan over `ranges` of the `index_no`-th index,
@@ -41,7 +47,7 @@ pub fn index_scan_estimate(
     // the damage itself if it reads there.
     let entries =
         count_ranges_now(io, index_no, ranges, query, node_io).unwrap_or(index.meta.tree.entries);
-    estimate_from_counts(table, index_no, ranges.len(), entries)
+    estimate_from_counts(io, index_no, ranges.len(), entries)
 }
 
 /// Estimated rows found and page reads per probe of `index` with a key of `key_len` columns.

@@ -190,7 +190,7 @@ impl Planner<'_> {
             return Ok(None);
         };
         let text = describe(&bounds, &table.indexes()[index].meta.columns[0]);
-        if !self.wants(estimate.pages as f64, scan_pages(table), table) {
+        if !self.wants(estimate.pages as f64, scan_pages(scan.table()), table) {
             return Ok(None);
         }
         Ok(Some(Arc::new(
@@ -319,7 +319,7 @@ impl Planner<'_> {
             (None, IndexJoinMode::Always) => 0.0,
             (None, _) => return Ok(None),
         };
-        if !self.wants(cost, scan_pages(table), table) {
+        if !self.wants(cost, scan_pages(&read.table), table) {
             return Ok(None);
         }
         // The inner side may already be an index scan (a filter on its key, often one that

@@ -62,7 +62,7 @@ impl OoodeScanExec {
         query: Arc<QueryIo>,
     ) -> Result<Self> {
         let schema = Arc::new(table.table().schema().project(&projection)?);
-        let pages = table.table().manifest().heap_pages as usize;
+        let pages = table.heap_pages() as usize;
         let partitions = partitions.clamp(1, pages.max(1));
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
@@ -182,7 +182,7 @@ impl DisplayAs for OoodeScanExec {
             f,
             "OoodeScanExec: table={}, pages={}, projection=[{}], reads={}",
             self.name,
-            self.table.table().manifest().heap_pages,
+            self.table.heap_pages(),
             cols.join(", "),
             reads
         )
@@ -268,7 +268,7 @@ impl ExecutionPlan for OoodeScanExec {
             return columnar.execute(partition, context);
         }
         let parts = self.properties.partitioning.partition_count() as u64;
-        let pages = self.table.table().manifest().heap_pages;
+        let pages = self.table.heap_pages();
         let (start, end) = (
             pages * partition as u64 / parts,
             pages * (partition as u64 + 1) / parts,
@@ -322,7 +322,7 @@ impl ExecutionPlan for OoodeScanExec {
         let mut stats = match input_stats.first() {
             Some(child) => child.as_ref().clone(),
             None => {
-                let rows = self.table.table().manifest().row_count as usize;
+                let rows = self.table.row_count() as usize;
                 let parts = self.properties.partitioning.partition_count();
                 let mut stats = Statistics::new_unknown(&self.schema);
                 stats.num_rows = match args.partition() {
