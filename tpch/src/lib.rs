@@ -7,6 +7,7 @@ pub mod concurrency;
 pub mod datagen;
 pub mod fig4;
 pub mod fresh;
+pub mod inserts;
 pub mod iobench;
 pub mod job;
 pub mod paper;

@@ -166,6 +166,20 @@ enum Command {
         #[arg(long, default_value = "results/remote")]
         out: PathBuf,
     },
+    /// Tables that grow: INSERT throughput (1 K, 100 K, up to 10 M rows per insert) next to
+    /// DataFusion inserting into Parquet, and queries over the segments before and after
+    /// compaction.
+    Inserts {
+        /// Scale factor of the lineitem source.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Most rows per insert.
+        #[arg(long, default_value_t = 10_000_000)]
+        max_rows: u64,
+        /// Report directory.
+        #[arg(long, default_value = "results/inserts")]
+        out: PathBuf,
+    },
     /// An S3-compatible server (s3s-fs) over a directory on a loopback port, for the object
     /// storage tests and benchmark; prints `listening on <endpoint>`, stops when stdin closes.
     #[command(hide = true)]
@@ -364,6 +378,18 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let report =
                 runtime.block_on(ooode_tpch::ceiling::run(&data, n.unwrap_or(customers / 10)))?;
             println!("{}", ooode_tpch::ceiling::format_report(&report));
+        }
+        Command::Inserts { sf, max_rows, out } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let report = runtime.block_on(ooode_tpch::inserts::run(&data, max_rows))?;
+            println!("{}", ooode_tpch::inserts::format_report(&report));
+            for f in ooode_tpch::inserts::write(&report, &out)? {
+                println!("wrote {f}");
+            }
         }
         Command::Fresh { sf, n, processes } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
