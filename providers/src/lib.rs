@@ -42,4 +42,4 @@ pub use compact::{CompactFunction, CompactReport, compact_table};
 pub use factory::OoodeTableFactory;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, ooode_runtime, with_ooode};
-pub use writer::{Destination, OoodeCopyOptions, OoodeFormatFactory, OoodeWriteExec};
+pub use writer::{Destination, OoodeCopyOptions, OoodeCopySink, OoodeFormatFactory};

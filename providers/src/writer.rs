@@ -16,30 +16,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{RecordBatch, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, GetExt, Result, Statistics, not_impl_err, plan_err};
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::{FileFormat, FileFormatFactory};
 use datafusion::datasource::physical_plan::{
     ArrowSource, FileScanConfig, FileSinkConfig, FileSource,
 };
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::table_schema::TableSchema;
-use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{
-    EquivalenceProperties, LexRequirement, Partitioning, PhysicalExpr,
-};
-use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
-};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-    SendableRecordBatchStream,
-};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::LexRequirement;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStore};
 use ooode::access::{OoodeRuntime, to_df};
@@ -304,7 +295,12 @@ impl FileFormat for OoodeFormat {
             drop_probe(dest, input.schema(), &options)?;
             Destination::Local(PathBuf::from(dest))
         };
-        Ok(Arc::new(OoodeWriteExec::new(input, dest, options)))
+        let schema = input.schema();
+        Ok(Arc::new(DataSinkExec::new(
+            input,
+            Arc::new(OoodeCopySink::new(dest, options, schema)),
+            None,
+        )))
     }
 
     fn file_source(&self, table_schema: TableSchema) -> Arc<dyn FileSource> {
@@ -376,43 +372,32 @@ impl fmt::Display for Destination {
     }
 }
 
-/// Loads the rows of its input into an ooode table; outputs one row: the row count.
+/// `COPY ... STORED AS OOODE`: loads the rows DataFusion's `DataSinkExec` hands it into an
+/// ooode table (loaded locally, then uploaded for a table in object storage); the statement
+/// returns the row count. `INSERT` uses the same `DataSinkExec` with [`crate::insert::OoodeSink`].
 #[derive(Debug)]
-pub struct OoodeWriteExec {
-    input: Arc<dyn ExecutionPlan>,
+pub struct OoodeCopySink {
     dest: Destination,
     options: LoadOptions,
-    properties: Arc<PlanProperties>,
+    schema: SchemaRef,
 }
 
-impl OoodeWriteExec {
-    /// A write of `input` to the table `dest`.
-    pub fn new(input: Arc<dyn ExecutionPlan>, dest: Destination, options: LoadOptions) -> Self {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "count",
-            DataType::UInt64,
-            false,
-        )]));
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
+impl OoodeCopySink {
+    /// A load of rows of `schema` into the table at `dest`.
+    pub fn new(dest: Destination, options: LoadOptions, schema: SchemaRef) -> Self {
         Self {
-            input,
             dest,
             options,
-            properties,
+            schema,
         }
     }
 }
 
-impl DisplayAs for OoodeWriteExec {
+impl DisplayAs for OoodeCopySink {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "OoodeWriteExec: dest={}, clustering_key=[{}], indexes={:?}",
+            "OoodeCopySink: dest={}, clustering_key=[{}], indexes={:?}",
             self.dest,
             self.options.clustering_key.join(", "),
             self.options.indexes
@@ -420,105 +405,50 @@ impl DisplayAs for OoodeWriteExec {
     }
 }
 
-impl ExecutionPlan for OoodeWriteExec {
-    fn name(&self) -> &str {
-        "OoodeWriteExec"
+#[async_trait]
+impl DataSink for OoodeCopySink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
+    async fn write_all(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn replace_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-        _: ReplaceChildrenOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children.into_iter().next().ok_or_else(|| {
-            datafusion::common::DataFusionError::Internal("OoodeWriteExec has one child".into())
-        })?;
-        Ok(Arc::new(Self::new(
-            input,
-            self.dest.clone(),
-            self.options.clone(),
-        )))
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
-    }
-
-    fn execute(
-        &self,
-        _partition: usize,
-        context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let (input, dest, options) = (self.input.clone(), self.dest.clone(), self.options.clone());
-        let replace = options.replace;
-        let schema = self.schema();
-        let out_schema = schema.clone();
-        let fut = async move {
-            // A table for object storage is loaded here first, then uploaded.
-            let staging = match &dest {
-                Destination::Local(_) => None,
-                Destination::Remote { .. } => Some(
-                    tempfile::Builder::new()
-                        .prefix("ooode-upload-")
-                        .tempdir()
-                        .map_err(|e| {
-                            DataFusionError::Execution(format!(
-                                "create a staging directory in {}: {e}",
-                                std::env::temp_dir().display()
-                            ))
-                        })?,
-                ),
-            };
-            let writer_dest = match (&dest, &staging) {
-                (Destination::Local(dir), _) => dir.clone(),
-                (_, Some(tmp)) => tmp.path().join("t"),
-                (_, None) => unreachable!("a remote destination has a staging directory"),
-            };
-            let staged = writer_dest.clone();
-            let parts = input.output_partitioning().partition_count();
-            let streams = (0..parts)
-                .map(|p| input.execute(p, context.clone()))
-                .collect::<Result<Vec<_>>>()?;
-            let all = futures::stream::select_all(streams);
-            let manifest = load_from_stream(all, writer_dest, input.schema(), options).await?;
-            match &dest {
-                Destination::Local(dir) => OoodeRuntime::forget_table_everywhere(dir),
-                Destination::Remote { url, store, prefix } => {
-                    crate::upload::upload_table(&staged, store, url, prefix, replace).await?;
-                    OoodeRuntime::forget_table_everywhere(std::path::Path::new(url));
-                }
-            }
-            drop(staging);
-            Ok(RecordBatch::try_new(
-                out_schema,
-                vec![Arc::new(UInt64Array::from(vec![manifest.row_count]))],
-            )?)
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> Result<u64> {
+        // A table for object storage is loaded here first, then uploaded.
+        let staging = match &self.dest {
+            Destination::Local(_) => None,
+            Destination::Remote { .. } => Some(
+                tempfile::Builder::new()
+                    .prefix("ooode-upload-")
+                    .tempdir()
+                    .map_err(|e| {
+                        DataFusionError::Execution(format!(
+                            "create a staging directory in {}: {e}",
+                            std::env::temp_dir().display()
+                        ))
+                    })?,
+            ),
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            futures::stream::once(fut),
-        )))
+        let writer_dest = match (&self.dest, &staging) {
+            (Destination::Local(dir), _) => dir.clone(),
+            (_, Some(tmp)) => tmp.path().join("t"),
+            (_, None) => unreachable!("a remote destination has a staging directory"),
+        };
+        let staged = writer_dest.clone();
+        let schema = data.schema();
+        let manifest = load_from_stream(data, writer_dest, schema, self.options.clone()).await?;
+        match &self.dest {
+            Destination::Local(dir) => OoodeRuntime::forget_table_everywhere(dir),
+            Destination::Remote { url, store, prefix } => {
+                let replace = self.options.replace;
+                crate::upload::upload_table(&staged, store, url, prefix, replace).await?;
+                OoodeRuntime::forget_table_everywhere(std::path::Path::new(url));
+            }
+        }
+        drop(staging);
+        Ok(manifest.row_count)
     }
 }
 
