@@ -124,13 +124,7 @@ impl OoodeTable {
         let config = ooode_config(state);
         let runtime = OoodeRuntime::for_env(state.runtime_env());
         runtime.configure(&config);
-        let tables = match &self.location {
-            Location::Local(dir) => local_snapshot(&runtime, &config, dir),
-            Location::Remote(remote) => runtime
-                .remote_table(remote, config.execution_mode)
-                .map(|t| vec![t]),
-        };
-        let tables = match tables {
+        let tables = match self.snapshot(&runtime, &config) {
             Ok(t) => t,
             Err(e) => return log::debug!("ooode: preparing {}: {e}", self.name),
         };
@@ -157,6 +151,20 @@ impl OoodeTable {
                     self.name
                 );
             }
+        }
+    }
+
+    /// The table's segments committed now, opened for `config`'s execution mode.
+    fn snapshot(
+        &self,
+        runtime: &OoodeRuntime,
+        config: &OoodeConfig,
+    ) -> ooode::storage::Result<Vec<Arc<ooode::access::TableIo>>> {
+        match &self.location {
+            Location::Local(dir) => local_snapshot(runtime, config, dir),
+            Location::Remote(remote) => runtime
+                .remote_table(remote, config.execution_mode)
+                .map(|t| vec![t]),
         }
     }
 
@@ -477,13 +485,7 @@ impl TableProvider for OoodeTable {
         let runtime = OoodeRuntime::for_env(state.runtime_env());
         runtime.configure(&config);
         // The query's snapshot: the segments committed now, each kept open by the plan.
-        let tables = match &self.location {
-            Location::Local(dir) => local_snapshot(&runtime, &config, dir),
-            Location::Remote(remote) => runtime
-                .remote_table(remote, config.execution_mode)
-                .map(|t| vec![t]),
-        }
-        .map_err(to_df)?;
+        let tables = self.snapshot(&runtime, &config).map_err(to_df)?;
         let segments = tables.len();
         // Several segments (a table that grew by INSERT) are read as one table: scans read
         // each segment's pages or columnar copy, index plans probe every segment's index.

@@ -171,6 +171,16 @@ impl SegmentList {
     }
 }
 
+/// Opens (creating, never truncating) a file that is only ever locked.
+fn open_lock_file(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| StorageError::io(path, "open", e))
+}
+
 /// A reader's hold on a segment: a shared `flock` on its [`PIN_FILE`], kept while the segment
 /// is open (by any query's plan, or a runtime's cache), in any process. A retired segment is
 /// removed only when its pin file can be locked exclusively.
@@ -183,12 +193,7 @@ impl Pin {
     /// Pins the segment in `dir`; None where the pin file cannot be made (a read-only copy:
     /// then no writer removes anything there either).
     pub fn hold(dir: &Path) -> Option<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(PIN_FILE))
-            .ok()?;
+        let file = open_lock_file(&dir.join(PIN_FILE)).ok()?;
         file.lock_shared().ok()?;
         Some(Self { _file: file })
     }
@@ -207,12 +212,7 @@ pub fn remove_segment(dir: &Path, name: &str, _lock: &WriteLock) -> Result<bool>
         return Ok(true);
     }
     let pin_path = seg.join(PIN_FILE);
-    let pin = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&pin_path)
-        .map_err(|e| StorageError::io(&pin_path, "open", e))?;
+    let pin = open_lock_file(&pin_path)?;
     match pin.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
@@ -253,12 +253,7 @@ impl WriteLock {
             });
         }
         let path = dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| StorageError::io(&path, "open", e))?;
+        let file = open_lock_file(&path)?;
         file.lock()
             .map_err(|e| StorageError::io(&path, "lock", e))?;
         Ok(Self { _file: file })
