@@ -21,9 +21,11 @@ use datafusion::datasource::sink::DataSink;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 use ooode::access::to_df;
 use ooode::storage::manifest::IndexKind;
-use ooode::storage::segments::{SegmentList, WriteLock};
+use ooode::storage::segments::{SEGMENTS_FILE, SegmentList, WriteLock};
 use ooode::storage::{LoadOptions, Table};
 
 use crate::writer::load_from_stream;
@@ -62,8 +64,13 @@ pub fn segment_options(dir: &Path) -> Result<LoadOptions> {
     let list = SegmentList::read(dir).map_err(to_df)?;
     let first = list.dirs(dir).remove(0);
     let table = Table::open(&first).map_err(to_df)?;
+    Ok(options_like(&table))
+}
+
+/// Load options that build a segment like `table`.
+fn options_like(table: &Table) -> LoadOptions {
     let m = table.manifest();
-    Ok(LoadOptions {
+    LoadOptions {
         page_size: m.page_size,
         clustering_key: m.clustering_key.clone(),
         indexes: m
@@ -74,7 +81,7 @@ pub fn segment_options(dir: &Path) -> Result<LoadOptions> {
             .collect(),
         columnar: m.columnar.is_some(),
         ..LoadOptions::default()
-    })
+    }
 }
 
 impl DisplayAs for OoodeSink {
@@ -151,5 +158,161 @@ impl DataSink for OoodeSink {
             crate::compact::compact(&state, &self.dir).await?;
         }
         Ok(rows)
+    }
+}
+
+/// Writes inserted rows as a segment of a table in object storage: the segment is loaded in
+/// a local staging directory and uploaded (manifest last) under `<url>/seg-.../`, then
+/// committed by a conditional PUT of `segments.json` (If-Match on the e-tag read, or
+/// If-None-Match for the first), retried on a concurrent commit with the list read again;
+/// a failed commit deletes the uploaded segment.
+#[derive(Debug)]
+pub struct RemoteSink {
+    location: crate::provider::RemoteLocation,
+    schema: SchemaRef,
+    options: LoadOptions,
+}
+
+/// Commits tried before an insert gives up to concurrent writers.
+const COMMIT_TRIES: usize = 16;
+
+impl RemoteSink {
+    /// A sink appending to the table in object storage at `location`.
+    pub(crate) fn new(
+        location: crate::provider::RemoteLocation,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let remote = location.get();
+        let options = options_like(remote.table());
+        Ok(Self {
+            location,
+            schema,
+            options,
+        })
+    }
+}
+
+impl DisplayAs for RemoteSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "OoodeSink: {} (append, a new segment)",
+            self.location.get().url().display()
+        )
+    }
+}
+
+/// The segment list of the table under `prefix` in `store` and its e-tag (None: no list yet).
+async fn fetch_list(
+    store: &Arc<dyn ObjectStore>,
+    url: &str,
+    prefix: &ObjectPath,
+) -> Result<(SegmentList, Option<String>)> {
+    let object = prefix.clone().join(SEGMENTS_FILE);
+    let list_url = PathBuf::from(format!("{url}/{SEGMENTS_FILE}"));
+    match store.get(&object).await {
+        Ok(got) => {
+            let e_tag = got.meta.e_tag.clone();
+            let bytes = got.bytes().await?;
+            let text = String::from_utf8(bytes.to_vec()).map_err(|_| {
+                DataFusionError::Execution(format!("{}: not UTF-8 text", list_url.display()))
+            })?;
+            Ok((SegmentList::parse(&text, &list_url).map_err(to_df)?, e_tag))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok((SegmentList::initial(), None)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[async_trait]
+impl DataSink for RemoteSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> Result<u64> {
+        let remote = self.location.get();
+        let url = remote.url().to_string_lossy().into_owned();
+        let (_, prefix) = ooode::access::remote::split_url(&url).map_err(to_df)?;
+        let store = remote.store().clone();
+        let staging = tempfile::Builder::new()
+            .prefix("ooode-insert-")
+            .tempdir()
+            .map_err(|e| DataFusionError::Execution(format!("create a staging directory: {e}")))?;
+        let staged = staging.path().join("t");
+        let manifest = load_from_stream(
+            data,
+            staged.clone(),
+            self.schema.clone(),
+            self.options.clone(),
+        )
+        .await?;
+        let rows = manifest.row_count;
+        if rows == 0 {
+            return Ok(0);
+        }
+        let (mut list, mut e_tag) = fetch_list(&store, &url, &prefix).await?;
+        let name = list.next_segment_name();
+        let seg_prefix = prefix.clone().join(name.as_str());
+        let seg_url = format!("{url}/{name}");
+        crate::upload::upload_table(&staged, &store, &seg_url, &seg_prefix, false).await?;
+        for _ in 0..COMMIT_TRIES {
+            let mut next = list.clone();
+            next.version += 1;
+            next.segments.push(name.clone());
+            let mode = match &e_tag {
+                None => PutMode::Create,
+                Some(tag) => PutMode::Update(UpdateVersion {
+                    e_tag: Some(tag.clone()),
+                    version: None,
+                }),
+            };
+            let put = store
+                .put_opts(
+                    &prefix.clone().join(SEGMENTS_FILE),
+                    next.to_text().into(),
+                    PutOptions::from(mode),
+                )
+                .await;
+            match put {
+                Ok(_) => {
+                    self.location.reopen().await?;
+                    return Ok(rows);
+                }
+                Err(
+                    object_store::Error::Precondition { .. }
+                    | object_store::Error::AlreadyExists { .. },
+                ) => {
+                    // Another writer committed since the list was read: read it again.
+                    (list, e_tag) = fetch_list(&store, &url, &prefix).await?;
+                }
+                Err(e) => {
+                    delete_prefix(&store, &seg_prefix).await;
+                    return Err(DataFusionError::Execution(format!(
+                        "commit of an insert into {url}: PUT {SEGMENTS_FILE}: {e} (its segment \
+                         {name} was deleted again)"
+                    )));
+                }
+            }
+        }
+        delete_prefix(&store, &seg_prefix).await;
+        Err(DataFusionError::Execution(format!(
+            "insert into {url}: {COMMIT_TRIES} other commits came first; nothing was added"
+        )))
+    }
+}
+
+/// Deletes the objects under `prefix` (an uncommitted segment), as far as it can.
+async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &ObjectPath) {
+    use futures::TryStreamExt;
+    let Ok(objects) = store.list(Some(prefix)).try_collect::<Vec<_>>().await else {
+        return;
+    };
+    for o in objects {
+        let _ = store.delete(&o.location).await;
     }
 }

@@ -50,8 +50,33 @@ pub struct OoodeTable {
 enum Location {
     /// A local directory (opened again per execution mode by the runtime).
     Local(PathBuf),
-    /// Object storage: opened once (manifest, object sizes and versions), kept here.
-    Remote(Arc<RemoteTable>),
+    /// Object storage: opened once (manifest, object sizes and versions), kept here, and
+    /// opened again after this session's inserts.
+    Remote(RemoteLocation),
+}
+
+/// A table in object storage as last opened.
+#[derive(Debug, Clone)]
+pub(crate) struct RemoteLocation {
+    url: PathBuf,
+    current: Arc<parking_lot::RwLock<Arc<RemoteTable>>>,
+}
+
+impl RemoteLocation {
+    /// The table as last opened.
+    pub(crate) fn get(&self) -> Arc<RemoteTable> {
+        self.current.read().clone()
+    }
+
+    /// Opens the table again (after a commit), for the queries planned from now on.
+    pub(crate) async fn reopen(&self) -> Result<()> {
+        let now = self.get();
+        let again = RemoteTable::open(now.store().clone(), &self.url.to_string_lossy())
+            .await
+            .map_err(to_df)?;
+        *self.current.write() = Arc::new(again);
+        Ok(())
+    }
 }
 
 fn table_name(dir: &Path) -> String {
@@ -110,7 +135,10 @@ impl OoodeTable {
             segments: 1.into(),
             columnar: Default::default(),
             name: table_name(table.dir()),
-            location: Location::Remote(Arc::new(remote)),
+            location: Location::Remote(RemoteLocation {
+                url: remote.url().to_path_buf(),
+                current: Arc::new(parking_lot::RwLock::new(Arc::new(remote))),
+            }),
         })
     }
 
@@ -163,7 +191,7 @@ impl OoodeTable {
         match &self.location {
             Location::Local(dir) => local_snapshot(runtime, config, dir),
             Location::Remote(remote) => runtime
-                .remote_table(remote, config.execution_mode)
+                .remote_table(&remote.get(), config.execution_mode)
                 .map(|t| vec![t]),
         }
     }
@@ -182,7 +210,7 @@ impl OoodeTable {
     pub fn dir(&self) -> &Path {
         match &self.location {
             Location::Local(dir) => dir,
-            Location::Remote(r) => r.url(),
+            Location::Remote(r) => &r.url,
         }
     }
 
@@ -227,7 +255,9 @@ impl OoodeTable {
         file: &Path,
     ) -> Result<Arc<ColumnarFile>> {
         if let Location::Remote(remote) = &self.location {
-            return self.remote_columnar_file(state, remote, file).await;
+            return self
+                .remote_columnar_file(state, &remote.get(), table, file)
+                .await;
         }
         let io_err = |e: std::io::Error| {
             DataFusionError::Execution(format!(
@@ -262,6 +292,7 @@ impl OoodeTable {
         &self,
         state: &dyn Session,
         remote: &RemoteTable,
+        segment: &Table,
         file: &Path,
     ) -> Result<Arc<ColumnarFile>> {
         if let Some(known) = self.columnar.lock().get(file) {
@@ -270,11 +301,11 @@ impl OoodeTable {
         let meta = object_store::ObjectMeta {
             location: remote.object_path(file).map_err(to_df)?,
             last_modified: Default::default(),
-            size: remote.table().columnar_bytes().unwrap_or(0),
+            size: segment.columnar_bytes().unwrap_or(0),
             e_tag: remote.version(file).map(str::to_string),
             version: None,
         };
-        let sums = remote.columnar_sums().await.map_err(to_df)?;
+        let sums = remote.columnar_sums(segment).await.map_err(to_df)?;
         let stamp = (meta.size, std::time::SystemTime::UNIX_EPOCH);
         self.keep_columnar(state, remote.store().clone(), sums, file, stamp, meta)
             .await
@@ -309,7 +340,7 @@ impl OoodeTable {
         let store_url = match (&checked, &self.location) {
             (Some(c), _) => c.url().clone(),
             (None, Location::Local(_)) => ObjectStoreUrl::local_filesystem(),
-            (None, Location::Remote(r)) => ObjectStoreUrl::parse(r.store_url())?,
+            (None, Location::Remote(r)) => ObjectStoreUrl::parse(r.get().store_url())?,
         };
         let known = Arc::new(ColumnarFile {
             stamp,
@@ -531,12 +562,19 @@ impl TableProvider for OoodeTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Location::Local(dir) = &self.location else {
-            return not_impl_err!(
-                "INSERT into an ooode table in object storage ({}) is not supported yet; \
-                 load it again with COPY ... 'ooode.replace' 'true'",
-                self.dir().display()
-            );
+        let dir = match &self.location {
+            Location::Local(dir) => dir,
+            Location::Remote(remote) => {
+                if insert_op != InsertOp::Append {
+                    return not_impl_err!(
+                        "INSERT OVERWRITE of a table in object storage ({}) is not supported; \
+                         load it again with COPY ... 'ooode.replace' 'true'",
+                        self.dir().display()
+                    );
+                }
+                let sink = crate::insert::RemoteSink::new(remote.clone(), self.schema.clone())?;
+                return Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)));
+            }
         };
         let sink = crate::insert::OoodeSink::new(dir.clone(), self.schema.clone(), insert_op)?;
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))

@@ -24,12 +24,17 @@ use object_store::path::Path as ObjectPath;
 use crate::io::object_store_engine::store_error;
 use crate::storage::columnar_sums::BlockSums;
 use crate::storage::manifest::MANIFEST_FILE;
+use crate::storage::segments::{SEGMENTS_FILE, SegmentList};
 use crate::storage::{Result, StorageError, Table};
 
 /// A table in object storage, opened: its manifest and the version of each of its objects.
 #[derive(Debug)]
 pub struct RemoteTable {
     table: Arc<Table>,
+    /// Its segments (the bulk load first), as listed in `segments.json` when it was opened.
+    segments: Vec<Arc<Table>>,
+    /// That list and its object's e-tag (None: the table has no `segments.json`).
+    list: Option<(SegmentList, Option<String>)>,
     store: Arc<dyn ObjectStore>,
     /// The store's URL (`s3://bucket`): the engine's root.
     store_url: String,
@@ -106,16 +111,63 @@ impl RemoteTable {
                 )
             })
         };
-        let table = Table::open_remote(PathBuf::from(url), &text, &size_of)?;
+        let table = Arc::new(Table::open_remote(PathBuf::from(url), &text, &size_of)?);
+        // A table that grew by INSERT: its other segments, their manifests fetched together.
+        let list_url = PathBuf::from(format!("{url}/{SEGMENTS_FILE}"));
+        let (segments, list) = if sizes.contains_key(&list_url) {
+            let object = prefix.clone().join(SEGMENTS_FILE);
+            let got = store
+                .get(&object)
+                .await
+                .map_err(|e| store_error(&list_url, "GET", e))?;
+            let e_tag = got.meta.e_tag.clone();
+            let bytes = got
+                .bytes()
+                .await
+                .map_err(|e| store_error(&list_url, "GET", e))?;
+            let text = String::from_utf8(bytes.to_vec())
+                .map_err(|_| StorageError::corrupted(&list_url, None, "not UTF-8 text"))?;
+            let list = SegmentList::parse(&text, &list_url)?;
+            let others = futures::future::try_join_all(
+                list.segments
+                    .iter()
+                    .filter(|s| *s != ".")
+                    .map(|s| open_segment(&store, url, &prefix, s, &size_of)),
+            )
+            .await?;
+            if list.segments.first().map(String::as_str) != Some(".") {
+                return Err(StorageError::corrupted(
+                    &list_url,
+                    None,
+                    "a table in object storage keeps its bulk load as its first segment",
+                ));
+            }
+            let segments = std::iter::once(table.clone()).chain(others).collect();
+            (segments, Some((list, e_tag)))
+        } else {
+            (vec![table.clone()], None)
+        };
         Ok(Self {
-            table: Arc::new(table),
+            table,
+            segments,
+            list,
             store,
             store_url,
             versions,
         })
     }
 
-    /// The table (its manifest, schema, segments).
+    /// The table's segments, the bulk load first.
+    pub fn segments(&self) -> &[Arc<Table>] {
+        &self.segments
+    }
+
+    /// The segment list the table was opened with, and its object's e-tag.
+    pub fn segment_list(&self) -> Option<&(SegmentList, Option<String>)> {
+        self.list.as_ref()
+    }
+
+    /// The table's bulk load (its manifest, schema; [`Self::segments`] has them all).
     pub fn table(&self) -> &Arc<Table> {
         &self.table
     }
@@ -148,16 +200,16 @@ impl RemoteTable {
             .map_err(|e| StorageError::InvalidArgument(format!("{}: {e}", file_url.display())))
     }
 
-    /// The block checksums of the table's columnar copy, fetched (one GET) and checked
+    /// The block checksums of `segment`'s columnar copy, fetched (one GET) and checked
     /// against the manifest; None for a table loaded before copies had them.
-    pub async fn columnar_sums(&self) -> Result<Option<Arc<BlockSums>>> {
+    pub async fn columnar_sums(&self, segment: &Table) -> Result<Option<Arc<BlockSums>>> {
         let (Some(sums), Some(columnar)) = (
-            &self.table.manifest().columnar_sums,
-            &self.table.manifest().columnar,
+            &segment.manifest().columnar_sums,
+            &segment.manifest().columnar,
         ) else {
             return Ok(None);
         };
-        let url = self.url().join(&sums.file);
+        let url = segment.dir().join(&sums.file);
         let got = self
             .store
             .get(&self.object_path(&url)?)
@@ -165,13 +217,13 @@ impl RemoteTable {
             .map_err(|e| store_error(&url, "GET", e))?;
         let bytes = got.bytes().await.map_err(|e| store_error(&url, "GET", e))?;
         let parsed = BlockSums::from_bytes(&bytes, sums, &url)?;
-        if Some(parsed.file_len()) != self.table.columnar_bytes() {
+        if Some(parsed.file_len()) != segment.columnar_bytes() {
             return Err(StorageError::corrupted(
-                self.url().join(columnar),
+                segment.dir().join(columnar),
                 None,
                 format!(
                     "the columnar copy has {} bytes, its checksums cover {}",
-                    self.table.columnar_bytes().unwrap_or(0),
+                    segment.columnar_bytes().unwrap_or(0),
                     parsed.file_len()
                 ),
             ));
@@ -183,6 +235,34 @@ impl RemoteTable {
     pub fn version(&self, file_url: &Path) -> Option<&str> {
         self.versions.get(file_url).map(String::as_str)
     }
+}
+
+/// Opens segment `name` of the table at `url` (`prefix` in `store`).
+async fn open_segment(
+    store: &Arc<dyn ObjectStore>,
+    url: &str,
+    prefix: &ObjectPath,
+    name: &str,
+    size_of: &(dyn Fn(&Path) -> Result<u64> + Sync),
+) -> Result<Arc<Table>> {
+    let seg_url = format!("{url}/{name}");
+    let manifest_url = format!("{seg_url}/{MANIFEST_FILE}");
+    let object = prefix.clone().join(name).join(MANIFEST_FILE);
+    let got = store
+        .get(&object)
+        .await
+        .map_err(|e| store_error(&manifest_url, "GET", e))?;
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| store_error(&manifest_url, "GET", e))?;
+    let text = String::from_utf8(bytes.to_vec())
+        .map_err(|_| StorageError::corrupted(&manifest_url, None, "manifest is not UTF-8 text"))?;
+    Ok(Arc::new(Table::open_remote(
+        PathBuf::from(seg_url),
+        &text,
+        size_of,
+    )?))
 }
 
 #[cfg(test)]

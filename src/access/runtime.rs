@@ -266,8 +266,8 @@ impl OoodeRuntime {
             },
             version: &|path| remote.version(path).map(str::to_string),
         };
-        let mut io =
-            TableIo::open_with_keys(remote.table().clone(), engine, self.pool.clone(), &keys)?;
+        let segments = remote.segments().to_vec();
+        let mut io = TableIo::open_parts(segments, engine, self.pool.clone(), &keys)?;
         let mut tables = self.tables.lock();
         if let Some(other) = tables.iter().find(|(k, _)| k.0 == key.0).map(|(_, t)| t) {
             io.share_pinned(other);

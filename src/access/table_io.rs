@@ -331,7 +331,9 @@ impl TableIo {
         Self::open_parts(vec![table], engine, pool, keys)
     }
 
-    fn open_parts(
+    /// Opens `tables`, the segments of one table (the same schema and indexes), as one,
+    /// their files named by `keys` (for a table in object storage: by URL and version).
+    pub fn open_parts(
         tables: Vec<Arc<Table>>,
         engine: Arc<dyn IoEngine>,
         pool: Arc<BufferPool>,

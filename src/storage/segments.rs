@@ -70,23 +70,20 @@ impl SegmentList {
         let path = dir.join(SEGMENTS_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self {
-                    format_version: LIST_VERSION,
-                    version: 0,
-                    segments: vec![".".into()],
-                    retired: vec![],
-                    checksum: 0,
-                });
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::initial()),
             Err(e) => return Err(StorageError::io(&path, "read", e)),
         };
-        let bad = |why: String| StorageError::corrupted(&path, None, why);
+        Self::parse(&text, &path)
+    }
+
+    /// Parses and checks a list read from `path` (a file, or an object's URL).
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let bad = |why: String| StorageError::corrupted(path, None, why);
         let list: SegmentList =
-            serde_json::from_str(&text).map_err(|e| bad(format!("not a segment list: {e}")))?;
+            serde_json::from_str(text).map_err(|e| bad(format!("not a segment list: {e}")))?;
         if list.format_version != LIST_VERSION {
             return Err(StorageError::FormatVersion {
-                file: path.clone(),
+                file: path.to_path_buf(),
                 page: None,
                 found: list.format_version,
                 expected: LIST_VERSION,
@@ -104,6 +101,22 @@ impl SegmentList {
             }
         }
         Ok(list)
+    }
+
+    /// The list of a table that has none yet: its bulk load alone.
+    pub fn initial() -> Self {
+        Self {
+            format_version: LIST_VERSION,
+            version: 0,
+            segments: vec![".".into()],
+            retired: vec![],
+            checksum: 0,
+        }
+    }
+
+    /// The document to store, checksum filled in.
+    pub fn to_text(&self) -> String {
+        serde_json::to_string_pretty(&self.sealed()).expect("segment list serializes") + "\n"
     }
 
     /// The segment directories.
@@ -137,10 +150,9 @@ impl SegmentList {
     /// Commits `self` (with its version one past the list it was made from) as the table's
     /// list: temporary file, fsync, rename, fsync of the directory. Call with the lock held.
     pub fn commit(&self, dir: &Path, _lock: &WriteLock) -> Result<()> {
-        let text = serde_json::to_string_pretty(&self.sealed()).expect("segment list serializes");
         let tmp = dir.join(format!("{SEGMENTS_FILE}.tmp"));
         let path = dir.join(SEGMENTS_FILE);
-        std::fs::write(&tmp, text + "\n")
+        std::fs::write(&tmp, self.to_text())
             .and_then(|_| File::open(&tmp)?.sync_all())
             .map_err(|e| StorageError::io(&tmp, "write", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, "replace", e))?;
