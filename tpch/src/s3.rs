@@ -147,25 +147,23 @@ impl S3Server {
     /// Stops the server process without closing its socket (SIGSTOP): connections are
     /// accepted by the kernel and requests sent, but nothing answers, as a server that hangs.
     pub fn pause(&self) -> std::io::Result<()> {
-        self.signal("-STOP")
+        self.signal(libc::SIGSTOP)
     }
 
     /// Lets a paused server go on (SIGCONT).
     pub fn resume(&self) -> std::io::Result<()> {
-        self.signal("-CONT")
+        self.signal(libc::SIGCONT)
     }
 
-    fn signal(&self, which: &str) -> std::io::Result<()> {
+    fn signal(&self, signal: libc::c_int) -> std::io::Result<()> {
         let Some(child) = &self.child else {
             return Err(std::io::Error::other("the server was stopped"));
         };
-        let status = Command::new("kill")
-            .args([which, &child.id().to_string()])
-            .status()?;
-        if !status.success() {
-            return Err(std::io::Error::other(format!(
-                "kill {which} failed: {status}"
-            )));
+        let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+        // SAFETY: kill(2) takes plain integers; `pid` is our own child, not yet reaped (the
+        // Child is held, and waited for only in `stop`), so it names no other process.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
         Ok(())
     }
