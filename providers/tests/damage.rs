@@ -1,5 +1,6 @@
 //! Damage anywhere in a table's files (heap, indexes, columnar copy and its checksums,
-//! manifest): bit flips, zeroed runs, truncation, over many random trials. Every query either
+//! manifest; of both segments of a table that grew by an insert, and its segment list): bit
+//! flips, zeroed runs, truncation, over many random trials. Every query either
 //! answers exactly as on the intact table or fails with an error; never a wrong answer, a
 //! panic or a hang.
 
@@ -83,6 +84,24 @@ fn apply(path: &Path, intact: &[u8], d: &Damage) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// The table's files, its segments' too; not the lock and pin files (empty, locked only).
+fn table_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            out.extend(table_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
 async fn run_query(ctx: &SessionContext, columnar: &str, q: &str) -> Result<String, String> {
     let set = format!("SET ooode.columnar_scan = {columnar}");
     sql(ctx, &set).await.map_err(|e| e.to_string())?;
@@ -121,24 +140,32 @@ async fn damaged_tables_answer_right_or_fail_clearly() {
         t.display()
     );
     sql(&ctx, &create).await.unwrap();
+    // A second segment (an insert), so its files and the segment list are damaged too.
+    let inserted = "SELECT * FROM src WHERE id % 10 = 0";
+    sql(&ctx, &format!("INSERT INTO t {inserted}"))
+        .await
+        .unwrap();
+    sql(
+        &ctx,
+        &format!("CREATE VIEW both_rows AS SELECT * FROM src UNION ALL {inserted}"),
+    )
+    .await
+    .unwrap();
     // The answers, from the intact table, checked against the source.
     let mut want = Vec::new();
     for (columnar, q) in QUERIES {
         let got = run_query(&ctx, columnar, q).await.unwrap();
         assert_eq!(
             got,
-            sql(&ctx, &q.replace(" FROM t", " FROM src t"))
+            sql(&ctx, &q.replace(" FROM t", " FROM both_rows t"))
                 .await
                 .unwrap(),
             "{q}"
         );
         want.push(got);
     }
-    let files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&t)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        // Table files, not the readers' (empty) pin file.
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+    let files: Vec<(PathBuf, Vec<u8>)> = table_files(&t)
+        .into_iter()
         .map(|p| {
             let bytes = std::fs::read(&p).unwrap();
             (p, bytes)
@@ -148,7 +175,12 @@ async fn damaged_tables_answer_right_or_fail_clearly() {
         .iter()
         .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    for wanted in ["manifest.json", "columns.parquet", "columns.parquet.sums"] {
+    for wanted in [
+        "manifest.json",
+        "columns.parquet",
+        "columns.parquet.sums",
+        "segments.json",
+    ] {
         assert!(names.iter().any(|n| n == wanted), "{names:?}");
     }
     let trials = std::env::var("OOODE_DAMAGE_TRIALS")
