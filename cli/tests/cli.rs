@@ -207,3 +207,39 @@ fn a_million_matches_under_a_64_mib_limit() {
         peak >> 20
     );
 }
+
+/// A process started with a low soft limit of open files (64) keeps inserting: every segment
+/// adds page files the engines keep open, and ooode raises the soft limit to the hard one.
+#[test]
+fn many_inserts_under_a_low_open_file_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t");
+    let mut sql = format!(
+        "{};\nCREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}';\n",
+        copy_sql(&t, "'ooode.clustering_key' 'id', 'ooode.indexes' 'grp'"),
+        t.display()
+    );
+    for i in 0..40 {
+        sql += &format!(
+            "INSERT INTO t SELECT value AS id, value % 10 AS grp FROM generate_series({}, {});\n",
+            10_000 + i * 10,
+            10_009 + i * 10
+        );
+    }
+    sql += "SET ooode.index_join = 'always';\nSELECT count(*) AS n FROM t WHERE grp = 3;\n";
+    let script = dir.path().join("script.sql");
+    std::fs::write(&script, sql).unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 64 && exec '{}' -q --format csv -f '{}'",
+            env!("CARGO_BIN_EXE_ooode"),
+            script.display()
+        ))
+        .output()
+        .unwrap();
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    // 200 rows with grp 3 loaded, 4 of each 10 inserted... 1 per insert of 10 values.
+    assert!(text.contains("\n240\n"), "{text}");
+}

@@ -57,6 +57,31 @@ pub struct OoodeRuntime {
     applied: Mutex<Option<(usize, u64)>>,
 }
 
+/// Raises the soft limit of open files to the hard limit, once per process: engines keep
+/// every page file they opened open (each segment of a growing table adds a few), and many
+/// systems start processes at a soft limit of 1024.
+fn raise_open_file_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given, which lives on this stack.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            // SAFETY: setrlimit only reads the struct; raising the soft limit up to the hard
+            // one needs no privilege.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+                log::debug!("ooode: could not raise the open file limit");
+            }
+        }
+    });
+}
+
 /// An object engine's key: store URL, store identity, disk cache directory.
 type ObjectEngineKey = (String, usize, PathBuf);
 
@@ -97,6 +122,7 @@ impl OoodeRuntime {
 
     /// A runtime whose buffer pool reserves its bytes in `memory`.
     pub fn new(memory: Arc<dyn MemoryPool>) -> Self {
+        raise_open_file_limit();
         let defaults = OoodeConfig::default();
         let reservation = MemoryConsumer::new("ooode buffer pool")
             .with_can_spill(true)
