@@ -207,6 +207,9 @@ struct Delayed {
     /// Print each request's arrival on stderr (`OOODE_S3_TRACE=1`), to see a query's
     /// dependent round trips.
     trace: bool,
+    /// Held through each conditional PUT: s3s-fs checks `If-Match` / `If-None-Match` and then
+    /// writes, so two such PUTs at once could both pass; S3 makes the pair atomic.
+    conditional: Arc<tokio::sync::Mutex<()>>,
     started: std::time::Instant,
 }
 
@@ -264,6 +267,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Delayed {
                 range.and_then(|r| r.to_str().ok()).unwrap_or("")
             );
         }
+        let conditional = (req.method() == hyper::Method::PUT
+            && (req.headers().contains_key(hyper::header::IF_MATCH)
+                || req.headers().contains_key(hyper::header::IF_NONE_MATCH)))
+        .then(|| self.conditional.clone());
         let stats = self.stats.clone();
         let ms =
             self.latency.mean_ms + (self.jitter.next_unit() * 2.0 - 1.0) * self.latency.jitter_ms;
@@ -272,6 +279,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Delayed {
             if ms > 0.0 {
                 tokio::time::sleep(Duration::from_secs_f64(ms / 1e3)).await;
             }
+            let _one_at_a_time = match &conditional {
+                Some(lock) => Some(lock.lock().await),
+                None => None,
+            };
             let resp = hyper::service::Service::call(&inner, req).await;
             stats.requests.fetch_add(1, Ordering::Relaxed);
             if let Ok(r) = &resp {
@@ -301,6 +312,7 @@ pub async fn serve(root: &Path, latency: Latency) -> Result<(), BoxError> {
         jitter: Arc::new(Jitter(AtomicU64::new(0x9e37_79b9_7f4a_7c15))),
         stats: Arc::default(),
         trace: std::env::var_os("OOODE_S3_TRACE").is_some_and(|v| v == "1"),
+        conditional: Arc::default(),
         started: std::time::Instant::now(),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
