@@ -30,7 +30,7 @@ use datafusion::scalar::ScalarValue;
 use ooode::access::{OoodeRuntime, to_df};
 use ooode::storage::segments::{SegmentList, WriteLock, remove_segment};
 
-use crate::insert::segment_options;
+use crate::insert::{segment_options, write_lock};
 use crate::provider::OoodeTable;
 use crate::writer::load_from_stream;
 
@@ -52,11 +52,7 @@ pub struct CompactReport {
 /// Merges the segments of the local table in `dir` into one, reading them with `state`'s
 /// settings and runtime.
 pub async fn compact(state: &SessionState, dir: &Path) -> Result<CompactReport> {
-    let owned = dir.to_path_buf();
-    let lock = tokio::task::spawn_blocking(move || WriteLock::acquire(&owned))
-        .await
-        .map_err(|e| DataFusionError::Execution(e.to_string()))?
-        .map_err(to_df)?;
+    let lock = write_lock(dir).await?;
     let list = SegmentList::read(dir).map_err(to_df)?;
     let before = list.segments.len();
     let mut list = if before > 1 {

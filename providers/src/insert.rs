@@ -58,6 +58,15 @@ impl OoodeSink {
     }
 }
 
+/// Waits (on a blocking thread) for the write lock of the local table in `dir`.
+pub async fn write_lock(dir: &Path) -> Result<WriteLock> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || WriteLock::acquire(&dir))
+        .await
+        .map_err(|e| DataFusionError::Execution(e.to_string()))?
+        .map_err(to_df)
+}
+
 /// How segments of the table in `dir` are built: like its first listed segment (page size,
 /// clustering key, secondary indexes, columnar copy), in their own directory.
 pub fn segment_options(dir: &Path) -> Result<LoadOptions> {
@@ -105,11 +114,7 @@ impl DataSink for OoodeSink {
         data: SendableRecordBatchStream,
         context: &Arc<TaskContext>,
     ) -> Result<u64> {
-        let dir = self.dir.clone();
-        let lock = tokio::task::spawn_blocking(move || WriteLock::acquire(&dir))
-            .await
-            .map_err(|e| DataFusionError::Execution(e.to_string()))?
-            .map_err(to_df)?;
+        let lock = write_lock(&self.dir).await?;
         let list = SegmentList::read(&self.dir).map_err(to_df)?;
         list.remove_uncommitted(&self.dir, &lock).map_err(to_df)?;
         let name = list.next_segment_name();
@@ -202,26 +207,17 @@ impl DisplayAs for RemoteSink {
     }
 }
 
-/// The segment list of the table under `prefix` in `store` and its e-tag (None: no list yet).
+/// The segment list of the table at `url` (`prefix` in `store`) and its e-tag (None: no
+/// list yet, the bulk load alone).
 async fn fetch_list(
     store: &Arc<dyn ObjectStore>,
     url: &str,
     prefix: &ObjectPath,
 ) -> Result<(SegmentList, Option<String>)> {
-    let object = prefix.clone().join(SEGMENTS_FILE);
-    let list_url = PathBuf::from(format!("{url}/{SEGMENTS_FILE}"));
-    match store.get(&object).await {
-        Ok(got) => {
-            let e_tag = got.meta.e_tag.clone();
-            let bytes = got.bytes().await?;
-            let text = String::from_utf8(bytes.to_vec()).map_err(|_| {
-                DataFusionError::Execution(format!("{}: not UTF-8 text", list_url.display()))
-            })?;
-            Ok((SegmentList::parse(&text, &list_url).map_err(to_df)?, e_tag))
-        }
-        Err(object_store::Error::NotFound { .. }) => Ok((SegmentList::initial(), None)),
-        Err(e) => Err(e.into()),
-    }
+    let listed = ooode::access::remote::fetch_segment_list(store, url, prefix)
+        .await
+        .map_err(to_df)?;
+    Ok(listed.unwrap_or_else(|| (SegmentList::initial(), None)))
 }
 
 #[async_trait]

@@ -114,27 +114,11 @@ impl RemoteTable {
         let table = Arc::new(Table::open_remote(PathBuf::from(url), &text, &size_of)?);
         // A table that grew by INSERT: its other segments, their manifests fetched together.
         let list_url = PathBuf::from(format!("{url}/{SEGMENTS_FILE}"));
-        let (segments, list) = if sizes.contains_key(&list_url) {
-            let object = prefix.clone().join(SEGMENTS_FILE);
-            let got = store
-                .get(&object)
-                .await
-                .map_err(|e| store_error(&list_url, "GET", e))?;
-            let e_tag = got.meta.e_tag.clone();
-            let bytes = got
-                .bytes()
-                .await
-                .map_err(|e| store_error(&list_url, "GET", e))?;
-            let text = String::from_utf8(bytes.to_vec())
-                .map_err(|_| StorageError::corrupted(&list_url, None, "not UTF-8 text"))?;
-            let list = SegmentList::parse(&text, &list_url)?;
-            let others = futures::future::try_join_all(
-                list.segments
-                    .iter()
-                    .filter(|s| *s != ".")
-                    .map(|s| open_segment(&store, url, &prefix, s, &size_of)),
-            )
-            .await?;
+        let listed = match sizes.contains_key(&list_url) {
+            true => fetch_segment_list(&store, url, &prefix).await?,
+            false => None,
+        };
+        let (segments, list) = if let Some((list, e_tag)) = listed {
             if list.segments.first().map(String::as_str) != Some(".") {
                 return Err(StorageError::corrupted(
                     &list_url,
@@ -142,6 +126,13 @@ impl RemoteTable {
                     "a table in object storage keeps its bulk load as its first segment",
                 ));
             }
+            let others = futures::future::try_join_all(
+                list.segments
+                    .iter()
+                    .filter(|s| *s != ".")
+                    .map(|s| open_segment(&store, url, &prefix, s, &size_of)),
+            )
+            .await?;
             let segments = std::iter::once(table.clone()).chain(others).collect();
             (segments, Some((list, e_tag)))
         } else {
@@ -217,17 +208,7 @@ impl RemoteTable {
             .map_err(|e| store_error(&url, "GET", e))?;
         let bytes = got.bytes().await.map_err(|e| store_error(&url, "GET", e))?;
         let parsed = BlockSums::from_bytes(&bytes, sums, &url)?;
-        if Some(parsed.file_len()) != segment.columnar_bytes() {
-            return Err(StorageError::corrupted(
-                segment.dir().join(columnar),
-                None,
-                format!(
-                    "the columnar copy has {} bytes, its checksums cover {}",
-                    segment.columnar_bytes().unwrap_or(0),
-                    parsed.file_len()
-                ),
-            ));
-        }
+        parsed.check_covers(segment.columnar_bytes(), &segment.dir().join(columnar))?;
         Ok(Some(Arc::new(parsed)))
     }
 
@@ -235,6 +216,29 @@ impl RemoteTable {
     pub fn version(&self, file_url: &Path) -> Option<&str> {
         self.versions.get(file_url).map(String::as_str)
     }
+}
+
+/// The segment list of the table at `url` (`prefix` in `store`) and its object's e-tag;
+/// None when the table has no `segments.json`.
+pub async fn fetch_segment_list(
+    store: &Arc<dyn ObjectStore>,
+    url: &str,
+    prefix: &ObjectPath,
+) -> Result<Option<(SegmentList, Option<String>)>> {
+    let list_url = PathBuf::from(format!("{url}/{SEGMENTS_FILE}"));
+    let got = match store.get(&prefix.clone().join(SEGMENTS_FILE)).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_error(&list_url, "GET", e)),
+    };
+    let e_tag = got.meta.e_tag.clone();
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| store_error(&list_url, "GET", e))?;
+    let text = String::from_utf8(bytes.to_vec())
+        .map_err(|_| StorageError::corrupted(&list_url, None, "not UTF-8 text"))?;
+    Ok(Some((SegmentList::parse(&text, &list_url)?, e_tag)))
 }
 
 /// Opens segment `name` of the table at `url` (`prefix` in `store`).

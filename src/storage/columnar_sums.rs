@@ -95,6 +95,22 @@ impl BlockSums {
         self.file_len
     }
 
+    /// Fails unless they cover exactly `columnar_len` bytes (the copy at `file`, as found).
+    pub fn check_covers(&self, columnar_len: Option<u64>, file: &Path) -> Result<()> {
+        if Some(self.file_len) == columnar_len {
+            return Ok(());
+        }
+        Err(StorageError::corrupted(
+            file,
+            None,
+            format!(
+                "the columnar copy has {} bytes, its checksums cover {}",
+                columnar_len.unwrap_or(0),
+                self.file_len
+            ),
+        ))
+    }
+
     /// The side file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + 4 * self.crcs.len());

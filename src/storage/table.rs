@@ -171,17 +171,8 @@ impl Table {
                 let bytes = std::fs::read(&path)
                     .map_err(|e| StorageError::io(&path, "read the columnar checksums", e))?;
                 let parsed = BlockSums::from_bytes(&bytes, sums, &path)?;
-                if Some(parsed.file_len()) != columnar_bytes {
-                    return Err(StorageError::corrupted(
-                        dir.join(manifest.columnar.as_deref().unwrap_or_default()),
-                        None,
-                        format!(
-                            "the columnar copy has {} bytes, its checksums cover {}",
-                            columnar_bytes.unwrap_or(0),
-                            parsed.file_len()
-                        ),
-                    ));
-                }
+                let copy = dir.join(manifest.columnar.as_deref().unwrap_or_default());
+                parsed.check_covers(columnar_bytes, &copy)?;
                 Some(Arc::new(parsed))
             }
             _ => None,

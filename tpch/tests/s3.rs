@@ -60,6 +60,20 @@ fn copy_options(t: &TpchTable, server: &S3Server) -> String {
     options.join(", ")
 }
 
+/// Loads orders alone at SF 0.01 under `dir/local`.
+fn local_orders(dir: &Path) -> (DataSet, TpchTable) {
+    let data = DataSet::new(dir.join("local"), SF);
+    let orders = ooode_tpch::tables::table("orders").unwrap();
+    load_table(
+        &data,
+        &orders,
+        load_options(&orders),
+        &ProgressBar::hidden(),
+    )
+    .unwrap();
+    (data, orders)
+}
+
 /// Loads SF 0.01 locally (the Parquet files are the source and the baseline).
 fn local_data(dir: &Path) -> DataSet {
     let data = DataSet::new(dir, SF);
@@ -464,15 +478,7 @@ async fn settled_pages(ctx: &SessionContext) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_cache_serves_remote_pages_and_never_a_damaged_one() {
     let dir = tempfile::tempdir().unwrap();
-    let data = DataSet::new(dir.path().join("local"), SF);
-    let orders = ooode_tpch::tables::table("orders").unwrap();
-    load_table(
-        &data,
-        &orders,
-        load_options(&orders),
-        &ProgressBar::hidden(),
-    )
-    .unwrap();
+    let (data, orders) = local_orders(dir.path());
     let mut server = server(&dir.path().join("s3"), Latency::default());
     let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
     let cache_dir = dir.path().join("cache");
@@ -557,15 +563,7 @@ async fn disk_cache_serves_remote_pages_and_never_a_damaged_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inserts_into_a_table_in_object_storage() {
     let dir = tempfile::tempdir().unwrap();
-    let data = DataSet::new(dir.path().join("local"), SF);
-    let orders = ooode_tpch::tables::table("orders").unwrap();
-    load_table(
-        &data,
-        &orders,
-        load_options(&orders),
-        &ProgressBar::hidden(),
-    )
-    .unwrap();
+    let (data, orders) = local_orders(dir.path());
     let server = server(&dir.path().join("s3"), Latency::default());
     let ctx = ooode_providers::ooode_context(SessionConfig::new().with_target_partitions(2));
     let parquet = data.parquet_file("orders");
