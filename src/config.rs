@@ -180,6 +180,11 @@ pub struct OoodeConfig {
     /// After an INSERT, the table is compacted when it has more segments than this (0:
     /// never).
     pub compact_segments: usize,
+    /// Seconds a table in object storage keeps the segments a compaction or an `INSERT
+    /// OVERWRITE` replaced (queries of other processes may still read them; object storage
+    /// has no locks to tell) and the uploads of inserts that never committed; a later
+    /// compaction removes what is older.
+    pub remote_retention_secs: u64,
 }
 
 impl Default for OoodeConfig {
@@ -204,6 +209,7 @@ impl Default for OoodeConfig {
             disk_cache_path: String::new(),
             disk_cache_bytes: 1 << 30,
             compact_segments: 0,
+            remote_retention_secs: 3600,
         }
     }
 }
@@ -346,6 +352,22 @@ const SETTINGS: &[Setting] = &[
             c.compact_segments = v.trim().parse().map_err(|_| {
                 DataFusionError::Configuration(format!(
                     "ooode.compact_segments must be a number of segments, not '{v}'"
+                ))
+            })?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: "remote_retention_secs",
+        description: "Tables in object storage: seconds the segments replaced by a compaction \
+                      or INSERT OVERWRITE, and uploads of inserts that never committed, are \
+                      kept (queries in other processes may still read them) before a later \
+                      compaction removes them",
+        show: |c| c.remote_retention_secs.to_string(),
+        set: |c, v| {
+            c.remote_retention_secs = v.trim().parse().map_err(|_| {
+                DataFusionError::Configuration(format!(
+                    "ooode.remote_retention_secs must be a number of seconds, not '{v}'"
                 ))
             })?;
             Ok(())

@@ -334,3 +334,85 @@ fn striped_over_three_paths() {
         vec![n - 1 - 777]
     );
 }
+
+/// Presorted input (a compaction's merge) goes to the heap as it comes, and input out of
+/// clustering-key order is refused, naming the row, with nothing left behind.
+#[test]
+fn presorted_input_is_taken_in_order_and_checked() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Utf8, false),
+    ]));
+    let batch = |keys: Vec<Option<i64>>| {
+        let n = keys.len();
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("v{i}")),
+                )),
+            ],
+        )
+        .unwrap()
+    };
+    let options = LoadOptions {
+        clustering_key: vec!["k".into()],
+        indexes: vec![vec!["v".into()]],
+        presorted: true,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // NULL keys sort first; equal keys may repeat, also across batches.
+    let sorted = [
+        batch(vec![None, Some(1), Some(1), Some(5)]),
+        batch(vec![Some(5), Some(9)]),
+    ];
+    let m = load_batches(
+        dir.path().join("ok"),
+        schema.clone(),
+        sorted.into_iter().map(Ok::<_, String>),
+        options.clone(),
+    )
+    .unwrap();
+    assert_eq!(m.row_count, 6);
+    let table = Table::open(dir.path().join("ok")).unwrap();
+    let keys: Vec<Option<i64>> = table
+        .scan(Some(vec![0]))
+        .flat_map(|b| {
+            let b = b.unwrap();
+            let col = b.column(0).as_primitive::<Int64Type>().clone();
+            col.iter().collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        vec![None, Some(1), Some(1), Some(5), Some(5), Some(9)]
+    );
+    // Out of order within a batch, and across batches.
+    for (name, batches) in [
+        ("within", vec![batch(vec![Some(1), Some(3), Some(2)])]),
+        (
+            "across",
+            vec![batch(vec![Some(1), Some(4)]), batch(vec![Some(3)])],
+        ),
+    ] {
+        let e = load_batches(
+            dir.path().join(name),
+            schema.clone(),
+            batches.into_iter().map(Ok::<_, String>),
+            options.clone(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("out of clustering-key order at row 2"),
+            "{name}: {e}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec!["ok"], "failed loads leave nothing behind");
+}

@@ -77,7 +77,7 @@ pub fn segment_options(dir: &Path) -> Result<LoadOptions> {
 }
 
 /// Load options that build a segment like `table`.
-fn options_like(table: &Table) -> LoadOptions {
+pub(crate) fn options_like(table: &Table) -> LoadOptions {
     let m = table.manifest();
     LoadOptions {
         page_size: m.page_size,
@@ -168,30 +168,36 @@ impl DataSink for OoodeSink {
 
 /// Writes inserted rows as a segment of a table in object storage: the segment is loaded in
 /// a local staging directory and uploaded (manifest last) under `<url>/seg-.../`, then
-/// committed by a conditional PUT of `segments.json` (If-Match on the e-tag read, or
-/// If-None-Match for the first), retried on a concurrent commit with the list read again;
-/// a failed commit deletes the uploaded segment.
+/// committed by a conditional PUT of `segments.json` (see [`commit_remote_list`]); a failed
+/// commit deletes the uploaded segment. `INSERT OVERWRITE` commits the new segment alone,
+/// the others retired (removed by a compaction after `ooode.remote_retention_secs`).
 #[derive(Debug)]
 pub struct RemoteSink {
     location: crate::provider::RemoteLocation,
     schema: SchemaRef,
+    op: InsertOp,
     options: LoadOptions,
 }
 
-/// Commits tried before an insert gives up to concurrent writers.
+/// Commits tried before a writer gives up to concurrent writers.
 const COMMIT_TRIES: usize = 16;
 
 impl RemoteSink {
-    /// A sink appending to the table in object storage at `location`.
+    /// A sink appending to (or replacing) the table in object storage at `location`.
     pub(crate) fn new(
         location: crate::provider::RemoteLocation,
         schema: SchemaRef,
+        op: InsertOp,
     ) -> Result<Self> {
+        if op == InsertOp::Replace {
+            return not_impl_err!("REPLACE INTO is not supported on ooode tables");
+        }
         let remote = location.get();
         let options = options_like(remote.table());
         Ok(Self {
             location,
             schema,
+            op,
             options,
         })
     }
@@ -199,9 +205,13 @@ impl RemoteSink {
 
 impl DisplayAs for RemoteSink {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let op = match self.op {
+            InsertOp::Overwrite => "overwrite",
+            _ => "append",
+        };
         write!(
             f,
-            "OoodeSink: {} (append, a new segment)",
+            "OoodeSink: {} ({op}, a new segment)",
             self.location.get().url().display()
         )
     }
@@ -209,7 +219,7 @@ impl DisplayAs for RemoteSink {
 
 /// The segment list of the table at `url` (`prefix` in `store`) and its e-tag (None: no
 /// list yet, the bulk load alone).
-async fn fetch_list(
+pub(crate) async fn fetch_list(
     store: &Arc<dyn ObjectStore>,
     url: &str,
     prefix: &ObjectPath,
@@ -218,6 +228,65 @@ async fn fetch_list(
         .await
         .map_err(to_df)?;
     Ok(listed.unwrap_or_else(|| (SegmentList::initial(), None)))
+}
+
+/// Seconds since the epoch (the time stamps of retired segments).
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Commits the next segment list of the table at `url` (`prefix` in `store`): `next` makes it
+/// from the list as read (`current` first, then read again after each lost race) and may say
+/// None (the change no longer applies: nothing is committed, None is returned). The PUT is
+/// conditional (If-Match on the list's e-tag, If-None-Match for the first list), so two
+/// writers never both commit on the same list.
+pub(crate) async fn commit_remote_list(
+    store: &Arc<dyn ObjectStore>,
+    url: &str,
+    prefix: &ObjectPath,
+    current: (SegmentList, Option<String>),
+    next: impl Fn(&SegmentList) -> Option<SegmentList>,
+) -> Result<Option<SegmentList>> {
+    let (mut list, mut e_tag) = current;
+    for _ in 0..COMMIT_TRIES {
+        let Some(proposed) = next(&list) else {
+            return Ok(None);
+        };
+        let mode = match &e_tag {
+            None => PutMode::Create,
+            Some(tag) => PutMode::Update(UpdateVersion {
+                e_tag: Some(tag.clone()),
+                version: None,
+            }),
+        };
+        let put = store
+            .put_opts(
+                &prefix.clone().join(SEGMENTS_FILE),
+                proposed.to_text().into(),
+                PutOptions::from(mode),
+            )
+            .await;
+        match put {
+            Ok(_) => return Ok(Some(proposed)),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                // Another writer committed since the list was read: read it again.
+                (list, e_tag) = fetch_list(store, url, prefix).await?;
+            }
+            Err(e) => {
+                return Err(DataFusionError::Execution(format!(
+                    "commit to {url}: PUT {SEGMENTS_FILE}: {e}"
+                )));
+            }
+        }
+    }
+    Err(DataFusionError::Execution(format!(
+        "commit to {url}: {COMMIT_TRIES} other commits came first"
+    )))
 }
 
 #[async_trait]
@@ -248,67 +317,54 @@ impl DataSink for RemoteSink {
         )
         .await?;
         let rows = manifest.row_count;
-        if rows == 0 {
+        if rows == 0 && self.op != InsertOp::Overwrite {
             return Ok(0);
         }
-        let (mut list, mut e_tag) = fetch_list(&store, &url, &prefix).await?;
-        let name = list.next_segment_name();
+        let current = fetch_list(&store, &url, &prefix).await?;
+        let name = current.0.next_segment_name();
         let seg_prefix = prefix.clone().join(name.as_str());
         let seg_url = format!("{url}/{name}");
         crate::upload::upload_table(&staged, &store, &seg_url, &seg_prefix, false).await?;
-        for _ in 0..COMMIT_TRIES {
-            let mut next = list.clone();
-            next.version += 1;
-            next.segments.push(name.clone());
-            let mode = match &e_tag {
-                None => PutMode::Create,
-                Some(tag) => PutMode::Update(UpdateVersion {
-                    e_tag: Some(tag.clone()),
-                    version: None,
-                }),
-            };
-            let put = store
-                .put_opts(
-                    &prefix.clone().join(SEGMENTS_FILE),
-                    next.to_text().into(),
-                    PutOptions::from(mode),
-                )
-                .await;
-            match put {
-                Ok(_) => {
-                    self.location.reopen().await?;
-                    return Ok(rows);
-                }
-                Err(
-                    object_store::Error::Precondition { .. }
-                    | object_store::Error::AlreadyExists { .. },
-                ) => {
-                    // Another writer committed since the list was read: read it again.
-                    (list, e_tag) = fetch_list(&store, &url, &prefix).await?;
-                }
-                Err(e) => {
-                    delete_prefix(&store, &seg_prefix).await;
-                    return Err(DataFusionError::Execution(format!(
-                        "commit of an insert into {url}: PUT {SEGMENTS_FILE}: {e} (its segment \
-                         {name} was deleted again)"
-                    )));
-                }
+        let overwrite = self.op == InsertOp::Overwrite;
+        let now = now_secs();
+        let committed = commit_remote_list(&store, &url, &prefix, current, |list| {
+            if overwrite {
+                list.replace_prefix(&list.segments, &name, now)
+            } else {
+                let mut next = list.clone();
+                next.version += 1;
+                next.segments.push(name.clone());
+                Some(next)
+            }
+        })
+        .await;
+        match committed {
+            Ok(Some(_)) => {
+                self.location.reopen().await?;
+                Ok(rows)
+            }
+            Ok(None) => unreachable!("an insert's next list always applies"),
+            Err(e) => {
+                delete_prefix(&store, &seg_prefix).await;
+                Err(DataFusionError::Execution(format!(
+                    "insert into {url}: {e} (its segment {name} was deleted again; nothing \
+                     was added)"
+                )))
             }
         }
-        delete_prefix(&store, &seg_prefix).await;
-        Err(DataFusionError::Execution(format!(
-            "insert into {url}: {COMMIT_TRIES} other commits came first; nothing was added"
-        )))
     }
 }
 
-/// Deletes the objects under `prefix` (an uncommitted segment), as far as it can.
-async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &ObjectPath) {
+/// Deletes the objects under `prefix` (an uncommitted or expired segment), as far as it can;
+/// returns how many went.
+pub(crate) async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &ObjectPath) -> usize {
     use futures::TryStreamExt;
     let Ok(objects) = store.list(Some(prefix)).try_collect::<Vec<_>>().await else {
-        return;
+        return 0;
     };
+    let mut deleted = 0;
     for o in objects {
-        let _ = store.delete(&o.location).await;
+        deleted += usize::from(store.delete(&o.location).await.is_ok());
     }
+    deleted
 }

@@ -196,6 +196,30 @@ impl OoodeTable {
         }
     }
 
+    /// Every committed segment of the table, opened for reading out of order in one
+    /// [`TableIo`](ooode::access::TableIo) (a compaction's input).
+    pub(crate) fn segments_io(&self, state: &dyn Session) -> Result<Arc<ooode::access::TableIo>> {
+        let mut config = ooode_config(state);
+        config.execution_mode = ooode::exec::ExecutionMode::OutOfOrder;
+        let runtime = OoodeRuntime::for_env(state.runtime_env());
+        runtime.configure(&config);
+        let tables = self.snapshot(&runtime, &config).map_err(to_df)?;
+        match tables.as_slice() {
+            [one] => Ok(one.clone()),
+            _ => Ok(Arc::new(
+                ooode::access::TableIo::combine(&tables).map_err(to_df)?,
+            )),
+        }
+    }
+
+    /// Where the table lives in object storage (None: a local table).
+    pub(crate) fn remote_location(&self) -> Option<&RemoteLocation> {
+        match &self.location {
+            Location::Local(_) => None,
+            Location::Remote(r) => Some(r),
+        }
+    }
+
     /// Rows when last counted (at open, or when last planned).
     pub fn row_count(&self) -> u64 {
         self.rows.load(std::sync::atomic::Ordering::Relaxed)
@@ -565,14 +589,8 @@ impl TableProvider for OoodeTable {
         let dir = match &self.location {
             Location::Local(dir) => dir,
             Location::Remote(remote) => {
-                if insert_op != InsertOp::Append {
-                    return not_impl_err!(
-                        "INSERT OVERWRITE of a table in object storage ({}) is not supported; \
-                         load it again with COPY ... 'ooode.replace' 'true'",
-                        self.dir().display()
-                    );
-                }
-                let sink = crate::insert::RemoteSink::new(remote.clone(), self.schema.clone())?;
+                let sink =
+                    crate::insert::RemoteSink::new(remote.clone(), self.schema.clone(), insert_op)?;
                 return Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)));
             }
         };

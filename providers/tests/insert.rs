@@ -266,6 +266,25 @@ async fn concurrent_writers_lose_no_row_and_readers_see_whole_commits() {
     assert_eq!(ok(&other, "SELECT count(*) AS n FROM t").await, out);
 }
 
+/// Files under `dir` this process has open: (still there, removed).
+fn open_files_under(dir: &Path) -> (Vec<String>, Vec<String>) {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let (mut live, mut deleted) = (vec![], vec![]);
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let text = target.to_string_lossy().into_owned();
+        if text.starts_with(dir.to_string_lossy().as_ref()) {
+            match text.ends_with(" (deleted)") {
+                true => deleted.push(text),
+                false => live.push(text),
+            }
+        }
+    }
+    (live, deleted)
+}
+
 fn segments(dir: &Path) -> ooode::storage::segments::SegmentList {
     ooode::storage::segments::SegmentList::read(dir).unwrap()
 }
@@ -332,11 +351,20 @@ async fn compaction_merges_segments_and_waits_for_readers() {
         .filter(|e| e.as_ref().unwrap().path().is_dir())
         .count();
     assert_eq!(dirs, 1);
+    // The engines closed the removed files: no descriptor keeps their space.
+    let (_, deleted) = open_files_under(&t);
+    assert!(
+        deleted.is_empty(),
+        "descriptors on removed files: {deleted:?}"
+    );
     assert_same(&ctx, "the second compaction").await;
     // One segment: the index rule plans index scans again.
     ok(&ctx, "SET ooode.index_join = 'always'").await;
     let plan = ok(&ctx, "EXPLAIN SELECT k, name FROM t WHERE grp = 3").await;
     assert!(plan.contains("IndexScanExec"), "{plan}");
+    ok(&ctx, "SELECT k, name FROM t WHERE grp = 3").await;
+    let (live, _) = open_files_under(&t);
+    assert!(!live.is_empty(), "the index scan reads through open files");
     // A new session opens the compacted table.
     let other = context();
     ok(

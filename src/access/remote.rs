@@ -30,6 +30,8 @@ use crate::storage::{Result, StorageError, Table};
 /// A table in object storage, opened: its manifest and the version of each of its objects.
 #[derive(Debug)]
 pub struct RemoteTable {
+    url: PathBuf,
+    /// Its first segment (schema, how segments are built).
     table: Arc<Table>,
     /// Its segments (the bulk load first), as listed in `segments.json` when it was opened.
     segments: Vec<Arc<Table>>,
@@ -111,34 +113,42 @@ impl RemoteTable {
                 )
             })
         };
-        let table = Arc::new(Table::open_remote(PathBuf::from(url), &text, &size_of)?);
         // A table that grew by INSERT: its other segments, their manifests fetched together.
         let list_url = PathBuf::from(format!("{url}/{SEGMENTS_FILE}"));
         let listed = match sizes.contains_key(&list_url) {
             true => fetch_segment_list(&store, url, &prefix).await?,
             false => None,
         };
-        let (segments, list) = if let Some((list, e_tag)) = listed {
-            if list.segments.first().map(String::as_str) != Some(".") {
-                return Err(StorageError::corrupted(
-                    &list_url,
-                    None,
-                    "a table in object storage keeps its bulk load as its first segment",
-                ));
-            }
-            let others = futures::future::try_join_all(
-                list.segments
-                    .iter()
-                    .filter(|s| *s != ".")
-                    .map(|s| open_segment(&store, url, &prefix, s, &size_of)),
-            )
-            .await?;
-            let segments = std::iter::once(table.clone()).chain(others).collect();
-            (segments, Some((list, e_tag)))
-        } else {
-            (vec![table.clone()], None)
+        // The bulk load (the manifest at the top, which marks the table) is a segment until
+        // a compaction replaces it; then its files may be gone.
+        let names: Vec<String> = match &listed {
+            Some((list, _)) => list.segments.clone(),
+            None => vec![".".into()],
         };
+        let root = match names.iter().any(|s| s == ".") {
+            true => Some(Arc::new(Table::open_remote(
+                PathBuf::from(url),
+                &text,
+                &size_of,
+            )?)),
+            false => None,
+        };
+        let segments: Vec<Arc<Table>> = futures::future::try_join_all(names.iter().map(|s| {
+            let root = root.clone();
+            let size_of = &size_of;
+            let (store, prefix) = (&store, &prefix);
+            async move {
+                match root {
+                    Some(root) if s == "." => Ok(root),
+                    _ => open_segment(store, url, prefix, s, size_of).await,
+                }
+            }
+        }))
+        .await?;
+        let table = segments[0].clone();
+        let list = listed;
         Ok(Self {
+            url: PathBuf::from(url),
             table,
             segments,
             list,
@@ -148,7 +158,7 @@ impl RemoteTable {
         })
     }
 
-    /// The table's segments, the bulk load first.
+    /// The table's segments, in the order of its list.
     pub fn segments(&self) -> &[Arc<Table>] {
         &self.segments
     }
@@ -158,7 +168,8 @@ impl RemoteTable {
         self.list.as_ref()
     }
 
-    /// The table's bulk load (its manifest, schema; [`Self::segments`] has them all).
+    /// The table's first segment (its schema, how segments are built; [`Self::segments`]
+    /// has them all).
     pub fn table(&self) -> &Arc<Table> {
         &self.table
     }
@@ -175,7 +186,7 @@ impl RemoteTable {
 
     /// The table's URL.
     pub fn url(&self) -> &Path {
-        self.table.dir()
+        &self.url
     }
 
     /// The object path of one of the table's files, named by its URL.

@@ -344,4 +344,16 @@ impl OoodeRuntime {
             rt.forget_table(dir);
         }
     }
+
+    /// Closes the files directly in `dir` in every engine of every runtime of the process:
+    /// the segment there was removed, and open descriptors would keep its disk space.
+    /// Returns how many files were closed.
+    pub fn close_files_everywhere(dir: &Path) -> usize {
+        let runtimes: Vec<_> = REGISTRY.lock().iter().map(|r| r.2.clone()).collect();
+        runtimes
+            .iter()
+            .flat_map(|rt| rt.engines())
+            .map(|engine| engine.close_in(dir))
+            .sum()
+    }
 }

@@ -384,4 +384,8 @@ impl IoEngine for CachedEngine {
     fn max_in_flight(&self) -> usize {
         self.inner.max_in_flight()
     }
+
+    fn close_in(&self, dir: &Path) -> usize {
+        self.inner.close_in(dir)
+    }
 }

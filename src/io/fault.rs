@@ -116,6 +116,10 @@ impl IoEngine for FaultyEngine {
         self.inner.max_in_flight()
     }
 
+    fn close_in(&self, dir: &Path) -> usize {
+        self.inner.close_in(dir)
+    }
+
     fn reap_now(&self) -> bool {
         self.inner.reap_now()
     }

@@ -13,7 +13,9 @@ use crate::storage::{Result, StorageError};
 
 #[derive(Debug, Default)]
 struct Files {
-    by_id: Vec<(PathBuf, Arc<File>)>,
+    /// Ids are never reused (pages cached under an id stay that file's); a closed file
+    /// keeps its path for error text.
+    by_id: Vec<(PathBuf, Option<Arc<File>>)>,
     by_path: HashMap<PathBuf, FileId>,
 }
 
@@ -30,17 +32,21 @@ impl FileTable {
         let key = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         {
             let files = self.inner.read();
-            if let Some(&id) = files.by_path.get(&key) {
-                return Ok((id, files.by_id[id.0 as usize].1.clone(), false));
+            if let Some(&id) = files.by_path.get(&key)
+                && let Some(file) = &files.by_id[id.0 as usize].1
+            {
+                return Ok((id, file.clone(), false));
             }
         }
         let file = Arc::new(open_file(&key, direct)?);
         let mut files = self.inner.write();
-        if let Some(&id) = files.by_path.get(&key) {
-            return Ok((id, files.by_id[id.0 as usize].1.clone(), false));
+        if let Some(&id) = files.by_path.get(&key)
+            && let Some(file) = &files.by_id[id.0 as usize].1
+        {
+            return Ok((id, file.clone(), false));
         }
         let id = FileId(files.by_id.len() as u32);
-        files.by_id.push((key.clone(), file.clone()));
+        files.by_id.push((key.clone(), Some(file.clone())));
         files.by_path.insert(key, id);
         Ok((id, file, true))
     }
@@ -61,7 +67,26 @@ impl FileTable {
             .read()
             .by_id
             .get(id.0 as usize)
-            .map(|f| f.1.clone())
+            .and_then(|f| f.1.clone())
+    }
+
+    /// Closes the files directly in directory `dir` (a removed segment's), returning their
+    /// ids. Reads already submitted finish (the kernel holds the file); reads of a closed id
+    /// fail, which only a table still open on removed files could ask for.
+    pub fn close_in(&self, dir: &Path) -> Vec<FileId> {
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let mut files = self.inner.write();
+        let Files { by_id, by_path } = &mut *files;
+        let mut closed = Vec::new();
+        by_path.retain(|path, id| {
+            let inside = path.parent() == Some(dir.as_path());
+            if inside {
+                by_id[id.0 as usize].1 = None;
+                closed.push(*id);
+            }
+            !inside
+        });
+        closed
     }
 }
 

@@ -93,6 +93,14 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
     /// Most reads the engine keeps in flight.
     fn max_in_flight(&self) -> usize;
 
+    /// Closes the files this engine opened directly in `dir` (a segment whose files were
+    /// removed: an open descriptor would keep their disk space until the process exits).
+    /// Returns how many it closed.
+    fn close_in(&self, dir: &Path) -> usize {
+        let _ = dir;
+        0
+    }
+
     /// Takes completions that are ready, on the calling thread, for engines whose
     /// completions are otherwise taken by someone else (a reactor task); returns whether it
     /// took any. See [`wait::block_on_reads`].

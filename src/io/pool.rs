@@ -242,10 +242,18 @@ pub fn default_budget() -> usize {
     }
 }
 
-/// What a pool key stands for: a local file (device and inode) or a version of an object.
+/// What a pool key stands for: a local file or a version of an object. A local file is its
+/// device and inode, and its size and change time: once a removed segment's files are closed
+/// the file system reuses their inodes, and a new file on an old inode must not find the old
+/// file's pages (page files are written once, so a file's change time stays as loaded).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum FileIdentity {
-    Local(u64, u64),
+    Local {
+        dev: u64,
+        ino: u64,
+        size: u64,
+        ctime_ns: i128,
+    },
     Object(String),
 }
 
@@ -293,7 +301,12 @@ impl BufferPool {
     pub fn file_key(&self, path: &std::path::Path) -> Result<FileId> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, "stat", e))?;
-        Ok(self.key_of(FileIdentity::Local(meta.dev(), meta.ino())))
+        Ok(self.key_of(FileIdentity::Local {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+        }))
     }
 
     /// The pool's key of the object at `url` with version `version` (its e-tag or size and

@@ -101,6 +101,10 @@ impl IoEngine for SyncEngine {
     fn max_in_flight(&self) -> usize {
         1
     }
+
+    fn close_in(&self, dir: &Path) -> usize {
+        self.files.close_in(dir).len()
+    }
 }
 
 #[cfg(test)]

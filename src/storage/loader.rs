@@ -59,6 +59,10 @@ pub struct LoadOptions {
     /// Also write the rows as a Parquet file in the table directory: full scans read it
     /// (compressed, only the columns they need) while index plans read the heap.
     pub columnar: bool,
+    /// The rows arrive already ordered by the clustering key (a merge of sorted segments):
+    /// they go to heap pages as they come, without the sort; a row out of order fails the
+    /// load.
+    pub presorted: bool,
 }
 
 impl Default for LoadOptions {
@@ -72,6 +76,7 @@ impl Default for LoadOptions {
             memory_budget: 512 << 20,
             replace: false,
             columnar: true,
+            presorted: false,
         }
     }
 }
@@ -148,6 +153,8 @@ pub struct TableWriter {
     columnar: Option<parquet::arrow::ArrowWriter<std::fs::File>>,
     first_key_encoder: Option<KeyEncoder>,
     last_first_key: Option<Vec<u8>>,
+    /// The last clustering key taken in, when the input is presorted (to check its order).
+    last_key: Option<Vec<u8>>,
     distinct_first: u64,
     started: Instant,
     progress: Option<ProgressFn>,
@@ -308,7 +315,7 @@ impl TableWriter {
             })
             .collect::<Result<Vec<_>>>()?;
         let row_sorter = match &clustering {
-            Some(_) => {
+            Some(_) if !options.presorted => {
                 let fields = schema
                     .fields()
                     .iter()
@@ -321,7 +328,7 @@ impl TableWriter {
                     RowConverter::new(fields)?,
                 ))
             }
-            None => None,
+            _ => None,
         };
         let clustering_tree = match &clustering {
             Some(_) => Some(BTreeBuilder::new(
@@ -371,6 +378,7 @@ impl TableWriter {
             columnar,
             first_key_encoder,
             last_first_key: None,
+            last_key: None,
             distinct_first: 0,
             started: Instant::now(),
             progress: None,
@@ -449,6 +457,26 @@ impl TableWriter {
                 for (i, key) in keys.iter().enumerate() {
                     sorter.push(key, rows.row(i).as_ref())?;
                 }
+            }
+            (Some((ids, enc)), None) => {
+                // Presorted: check the order, since the indexes are built assuming it.
+                let key_cols: Vec<ArrayRef> =
+                    ids.iter().map(|&i| batch.column(i).clone()).collect();
+                let keys = enc.encode_rows(&key_cols)?;
+                for (i, key) in keys.iter().enumerate() {
+                    let prev = match i {
+                        0 => self.last_key.as_ref(),
+                        _ => Some(&keys[i - 1]),
+                    };
+                    if prev.is_some_and(|p| p > key) {
+                        return Err(StorageError::InvalidArgument(format!(
+                            "presorted input is out of clustering-key order at row {}",
+                            before + i as u64
+                        )));
+                    }
+                }
+                self.last_key = keys.last().cloned().or(self.last_key.take());
+                self.write_heap(batch)?;
             }
             _ => self.write_heap(batch)?,
         }

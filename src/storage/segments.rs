@@ -18,13 +18,14 @@
 //! next writer. A query reads the list once, when it is planned, and keeps the segments it
 //! names open: inserts committed meanwhile are not in its snapshot.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::error::{Result, StorageError};
-use super::manifest::MANIFEST_FILE;
+use super::manifest::{MANIFEST_FILE, Manifest};
 
 /// The list of a table's segments.
 pub const SEGMENTS_FILE: &str = "segments.json";
@@ -52,6 +53,11 @@ pub struct SegmentList {
     /// Segments replaced by an `INSERT OVERWRITE`, kept until no query can read them.
     #[serde(default)]
     pub retired: Vec<String>,
+    /// When each retired segment was retired (seconds since the epoch). Tables in object
+    /// storage keep retired segments for a retention time (no locks there say who reads
+    /// them); local tables use pins instead and leave this empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retired_at: BTreeMap<String, u64>,
     /// CRC32C of the document with this field set to 0.
     pub checksum: u32,
 }
@@ -110,8 +116,33 @@ impl SegmentList {
             version: 0,
             segments: vec![".".into()],
             retired: vec![],
+            retired_at: BTreeMap::new(),
             checksum: 0,
         }
+    }
+
+    /// The list after a commit that replaces all of `old` (a prefix of the segments, in
+    /// order) by `new`; the replaced ones are retired at `now` (seconds since the epoch).
+    pub fn replace_prefix(&self, old: &[String], new: &str, now: u64) -> Option<Self> {
+        if !self.segments.starts_with(old) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.version += 1;
+        next.segments = std::iter::once(new.to_string())
+            .chain(self.segments[old.len()..].iter().cloned())
+            .collect();
+        for name in old {
+            next.retired.push(name.clone());
+            next.retired_at.insert(name.clone(), now);
+        }
+        Some(next)
+    }
+
+    /// Forgets retired segment `name` (its files are gone).
+    pub fn drop_retired(&mut self, name: &str) {
+        self.retired.retain(|r| r != name);
+        self.retired_at.remove(name);
     }
 
     /// The document to store, checksum filled in.
@@ -211,28 +242,43 @@ impl Pin {
     }
 }
 
-/// Removes the retired segment `name` of the table in `dir` if no reader pins it; false if
-/// one does. Call with the write lock held. For ".", the table directory's own segment files
-/// go (the list, the lock and other segments stay).
-pub fn remove_segment(dir: &Path, name: &str, _lock: &WriteLock) -> Result<bool> {
+/// Removes the retired segment `name` of the table in `dir` if no reader pins it: None if
+/// one does, else the directories whose files went (for closing descriptors still open on
+/// them). Call with the write lock held. For ".", the table directory's own segment files
+/// go (the list, the lock and other segments stay), and its data paths if it was striped.
+pub fn remove_segment(dir: &Path, name: &str, _lock: &WriteLock) -> Result<Option<Vec<PathBuf>>> {
     let seg = if name == "." {
         dir.to_path_buf()
     } else {
         dir.join(name)
     };
     if !seg.is_dir() {
-        return Ok(true);
+        return Ok(Some(vec![]));
     }
     let pin_path = seg.join(PIN_FILE);
     let pin = open_lock_file(&pin_path)?;
     match pin.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
         Err(std::fs::TryLockError::Error(e)) => return Err(StorageError::io(&pin_path, "lock", e)),
+    }
+    // Page files striped over other directories (a bulk load with data paths) go too.
+    let striped: Vec<PathBuf> = std::fs::read_to_string(seg.join(MANIFEST_FILE))
+        .ok()
+        .and_then(|text| Manifest::from_json(&text, &seg.join(MANIFEST_FILE)).ok())
+        .map(|m| m.resolved_data_paths(&seg))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p != &seg && p.is_dir())
+        .collect();
+    let mut removed = vec![seg.clone()];
+    for path in striped {
+        std::fs::remove_dir_all(&path).map_err(|e| StorageError::io(&path, "remove", e))?;
+        removed.push(path);
     }
     if name != "." {
         std::fs::remove_dir_all(&seg).map_err(|e| StorageError::io(&seg, "remove", e))?;
-        return Ok(true);
+        return Ok(Some(removed));
     }
     let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, "list", e))?;
     for entry in entries.flatten() {
@@ -246,7 +292,7 @@ pub fn remove_segment(dir: &Path, name: &str, _lock: &WriteLock) -> Result<bool>
             std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, "remove", e))?;
         }
     }
-    Ok(true)
+    Ok(Some(removed))
 }
 
 /// The table's write lock (an exclusive `flock` on [`LOCK_FILE`]); released when dropped.

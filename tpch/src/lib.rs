@@ -16,5 +16,6 @@ pub mod report;
 pub mod runner;
 pub mod s3;
 pub mod scale;
+pub mod segments;
 pub mod svg;
 pub mod tables;

@@ -180,6 +180,19 @@ enum Command {
         #[arg(long, default_value = "results/inserts")]
         out: PathBuf,
     },
+    /// What segments cost: the Fig. 4 chain (N = 1 and 150) with orders and lineitem grown
+    /// by INSERT into 1, 10 and 100 segments, then compacted.
+    Segments {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Segment counts to build.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+        counts: Vec<usize>,
+        /// Report directory.
+        #[arg(long, default_value = "results/segments")]
+        out: PathBuf,
+    },
     /// An S3-compatible server (s3s-fs) over a directory on a loopback port, for the object
     /// storage tests and benchmark; prints `listening on <endpoint>`, stops when stdin closes.
     #[command(hide = true)]
@@ -388,6 +401,18 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let report = runtime.block_on(ooode_tpch::inserts::run(&data, max_rows))?;
             println!("{}", ooode_tpch::inserts::format_report(&report));
             for f in ooode_tpch::inserts::write(&report, &out)? {
+                println!("wrote {f}");
+            }
+        }
+        Command::Segments { sf, counts, out } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let report = runtime.block_on(ooode_tpch::segments::run(&data, &counts))?;
+            println!("{}", ooode_tpch::segments::format_report(&report));
+            for f in ooode_tpch::segments::write(&report, &out)? {
                 println!("wrote {f}");
             }
         }

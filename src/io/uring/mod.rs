@@ -251,6 +251,19 @@ impl IoEngine for UringEngine {
         self.config.max_in_flight
     }
 
+    fn close_in(&self, dir: &Path) -> usize {
+        let closed = self.files.close_in(dir);
+        for id in &closed {
+            if id.0 < REGISTERED_FILES {
+                // The registered slot holds the file too: empty it (-1), or the space stays.
+                for ring in self.rings.iter() {
+                    ring.register_file(id.0, -1);
+                }
+            }
+        }
+        closed.len()
+    }
+
     fn reap_now(&self) -> bool {
         // Every ring, not just until one had completions.
         self.rings.iter().map(|r| r.reap(false)).sum::<usize>() > 0
