@@ -27,14 +27,18 @@ fn copy_sql(dir: &Path, options: &str) -> String {
     )
 }
 
+fn create_sql(t: &Path) -> String {
+    format!(
+        "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+        t.display()
+    )
+}
+
 #[test]
 fn create_load_query_explain() {
     let dir = tempfile::tempdir().unwrap();
     let t = dir.path().join("t");
-    let create = format!(
-        "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
-        t.display()
-    );
+    let create = create_sql(&t);
     let out = ooode(&[
         "-q",
         "--format",
@@ -242,4 +246,58 @@ fn many_inserts_under_a_low_open_file_limit() {
     assert!(out.status.success(), "{text}");
     // 200 rows with grp 3 loaded, 4 of each 10 inserted... 1 per insert of 10 values.
     assert!(text.contains("\n240\n"), "{text}");
+}
+
+/// `ooode compact DIR` merges a grown table's segments; the REPL reads statements and
+/// backslash commands from stdin.
+#[test]
+fn compact_subcommand_and_repl() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t");
+    let create = create_sql(&t);
+    let out = ooode(&[
+        "-q",
+        "-c",
+        &copy_sql(&t, "'ooode.clustering_key' 'id', 'ooode.indexes' 'grp'"),
+        "-c",
+        &create,
+        "-c",
+        "INSERT INTO t VALUES (5000, 3), (1, 3)",
+        "-c",
+        "INSERT INTO t VALUES (7, 3)",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = ooode(&["compact", t.to_str().unwrap()]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("3 segment(s) -> 1, 2003 rows"), "{all}");
+    let out = ooode(&["compact", dir.path().join("nothing").to_str().unwrap()]);
+    assert!(
+        !out.status.success() && text(&out).contains("nothing"),
+        "{}",
+        text(&out)
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ooode"))
+        .args(["-q", "--format", "csv"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let script = format!("{create};\n\\d\nSELECT count(*) AS n FROM t WHERE grp = 3;\n\\q\n");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("n\n203\n"), "{all}");
+    assert!(
+        all.contains("table_name") && all.contains(",t,"),
+        "\\d lists tables: {all}"
+    );
 }
