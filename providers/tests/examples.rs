@@ -1,10 +1,14 @@
-//! The examples run as tests, so they never rot: each checks its own output.
+//! The examples of `examples/` run as tests, so they never rot: each checks its own output.
+//! (`s3_table` needs a server: `tpch/tests/s3.rs` starts one and runs it.)
 
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 mod quickstart;
 
-#[path = "../examples/modes.rs"]
+#[path = "../../examples/modes.rs"]
 mod modes;
+
+#[path = "../../examples/grown_table.rs"]
+mod grown_table;
 
 #[test]
 fn quickstart_runs() {
@@ -14,4 +18,9 @@ fn quickstart_runs() {
 #[test]
 fn modes_runs() {
     modes::main().unwrap();
+}
+
+#[test]
+fn grown_table_runs() {
+    grown_table::main().unwrap();
 }

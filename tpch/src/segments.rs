@@ -291,9 +291,14 @@ fn layout(p: &SegmentsPoint) -> String {
 pub fn format_report(r: &SegmentsReport) -> String {
     let mut out = format!(
         "Fig. 4 over grown tables (SF {}, orders and lineitem in S segments split by order \
-         key; index plans, out of order; medians of 5, release build):\n\
+         key; index plans, out of order; medians of 5, {} build):\n\
          layout                 N    cold ms  pages   hot ms\n",
-        r.sf
+        r.sf,
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     );
     for p in &r.points {
         out += &format!(

@@ -15,6 +15,10 @@ use ooode_tpch::runner::query_rows;
 use ooode_tpch::s3::{Latency, S3Server};
 use ooode_tpch::tables::{TABLES, TpchTable};
 
+#[path = "../../examples/s3_table.rs"]
+#[allow(dead_code)]
+mod s3_table;
+
 const SF: f64 = 0.01;
 const BUCKET: &str = "bkt";
 
@@ -738,4 +742,21 @@ async fn remote_list(
     let got = store.get(&path).await.unwrap();
     let text = String::from_utf8(got.bytes().await.unwrap().to_vec()).unwrap();
     ooode::storage::segments::SegmentList::parse(&text, Path::new("segments.json")).unwrap()
+}
+
+/// `examples/s3_table.rs` against the test server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_s3_example_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("s3"), Latency::default());
+    let target = s3_table::S3Target {
+        endpoint: server.endpoint().to_string(),
+        bucket: BUCKET.to_string(),
+        access_key: ooode_tpch::s3::ACCESS_KEY.to_string(),
+        secret_key: ooode_tpch::s3::SECRET_KEY.to_string(),
+    };
+    let result = s3_table::run(&target, &dir.path().join("cache"))
+        .await
+        .unwrap();
+    assert!(result.contains("| 100    | 1237675.0 |"), "{result}");
 }
