@@ -394,3 +394,32 @@ async fn compaction_merges_segments_and_waits_for_readers() {
         .unwrap_err();
     assert!(e.to_string().contains("not an ooode table"), "{e}");
 }
+
+/// A compaction of more segments than the query has read permits, each read ahead by
+/// several pages: finishes (the merge's reads do not hold permits while another segment is
+/// consumed) and keeps every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_of_many_segments_under_a_small_read_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t");
+    let ctx = context();
+    twin_tables(&ctx, &t).await;
+    for i in 0..11 {
+        let rows = rows_sql(2000 + i * 300, 300, 50, 13);
+        for table in ["t", "m"] {
+            ok(&ctx, &format!("INSERT INTO {table} {rows}")).await;
+        }
+    }
+    assert_eq!(segments(&t).segments.len(), 12);
+    ok(&ctx, "SET ooode.max_outstanding_io = 4").await;
+    let report = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        ooode_providers::compact_table(&ctx, "t"),
+    )
+    .await
+    .expect("the compaction finishes")
+    .unwrap();
+    assert_eq!((report.segments_before, report.segments_after), (12, 1));
+    ok(&ctx, "SET ooode.max_outstanding_io = 256").await;
+    assert_same(&ctx, "compacting 12 segments under 4 read permits").await;
+}

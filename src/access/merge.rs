@@ -22,7 +22,7 @@ use arrow::array::ArrayRef;
 use arrow::compute::interleave_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::stream::{BoxStream, StreamExt};
@@ -71,7 +71,10 @@ pub fn merged_rows(
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
 }
 
-/// The decoded heap pages of segment `part`, in page order.
+/// The decoded heap pages of segment `part`, in page order. Each read runs as a task of its
+/// own: the merge polls one segment at a time, and a read waiting to be polled must not sit
+/// on its admission permit (with more segments x `window` than the query's permits, the
+/// reads of the segment being consumed would wait for permits nobody releases).
 fn segment_pages(
     table: &Arc<TableIo>,
     part: usize,
@@ -85,13 +88,32 @@ fn segment_pages(
     futures::stream::iter(base..base + pages)
         .map(move |page_no| {
             let (table, columns, ctx) = (table.clone(), columns.clone(), ctx.clone());
-            async move {
+            // Aborted when dropped (a cancelled compaction), so no read outlives the merge.
+            let task = AbortOnDrop(tokio::spawn(async move {
                 let held = heap_page(&table, page_no, &ctx).await?;
                 decode_rows(&table, page_no, &held.page, &columns, None)
+            }));
+            async move {
+                let mut task = task;
+                match (&mut task.0).await {
+                    Ok(rows) => rows,
+                    Err(e) => Err(DataFusionError::Execution(format!(
+                        "a page read of the merge stopped: {e}"
+                    ))),
+                }
             }
         })
         .buffered(window)
         .boxed()
+}
+
+/// A spawned task that is aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// One segment's rows being merged.
