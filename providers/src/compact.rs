@@ -41,8 +41,8 @@ use ooode::storage::manifest::MANIFEST_FILE;
 use ooode::storage::segments::{SEGMENT_PREFIX, SEGMENTS_FILE, SegmentList, remove_segment};
 
 use crate::insert::{
-    commit_remote_list, delete_prefix, fetch_list, now_secs, options_like, segment_options,
-    write_lock,
+    commit_remote_list, delete_prefix, fetch_list, load_staged, now_secs, options_like,
+    segment_options, upload_segment, write_lock,
 };
 use crate::provider::{OoodeTable, RemoteLocation, ooode_config};
 use crate::writer::load_from_stream;
@@ -167,17 +167,10 @@ pub(crate) async fn compact_remote(
     let before = merged.len();
     if before > 1 {
         let rows = merged_rows(state, table.segments_io(state)?)?;
-        let staging = tempfile::Builder::new()
-            .prefix("ooode-compact-")
-            .tempdir()
-            .map_err(|e| DataFusionError::Execution(format!("create a staging directory: {e}")))?;
-        let staged = staging.path().join("t");
         let options = merged_options(options_like(remote.table()));
-        load_from_stream(rows, staged.clone(), table.schema(), options).await?;
+        let (_staging, staged, _) = load_staged(rows, table.schema(), options).await?;
         let name = current.0.next_segment_name();
-        let seg_prefix = prefix.clone().join(name.as_str());
-        let seg_url = format!("{url}/{name}");
-        crate::upload::upload_table(&staged, &store, &seg_url, &seg_prefix, false).await?;
+        let seg_prefix = upload_segment(&staged, &store, &url, &prefix, &name).await?;
         let now = now_secs();
         let committed = commit_remote_list(&store, &url, &prefix, current, |l| {
             l.replace_prefix(&merged, &name, now)

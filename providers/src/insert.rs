@@ -230,6 +230,37 @@ pub(crate) async fn fetch_list(
     Ok(listed.unwrap_or_else(|| (SegmentList::initial(), None)))
 }
 
+/// Loads `rows` as a table in a new local staging directory (removed when the returned
+/// guard drops), before it is uploaded as a segment.
+pub(crate) async fn load_staged(
+    rows: SendableRecordBatchStream,
+    schema: SchemaRef,
+    options: LoadOptions,
+) -> Result<(tempfile::TempDir, PathBuf, ooode::storage::Manifest)> {
+    let staging = tempfile::Builder::new()
+        .prefix("ooode-segment-")
+        .tempdir()
+        .map_err(|e| DataFusionError::Execution(format!("create a staging directory: {e}")))?;
+    let staged = staging.path().join("t");
+    let manifest = load_from_stream(rows, staged.clone(), schema, options).await?;
+    Ok((staging, staged, manifest))
+}
+
+/// Uploads the staged table `staged` as segment `name` of the table at `url` (`prefix` in
+/// `store`), manifest last; returns the segment's prefix (to delete it if the commit fails).
+pub(crate) async fn upload_segment(
+    staged: &Path,
+    store: &Arc<dyn ObjectStore>,
+    url: &str,
+    prefix: &ObjectPath,
+    name: &str,
+) -> Result<ObjectPath> {
+    let seg_prefix = prefix.clone().join(name);
+    crate::upload::upload_table(staged, store, &format!("{url}/{name}"), &seg_prefix, false)
+        .await?;
+    Ok(seg_prefix)
+}
+
 /// Seconds since the epoch (the time stamps of retired segments).
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -304,27 +335,15 @@ impl DataSink for RemoteSink {
         let url = remote.url().to_string_lossy().into_owned();
         let (_, prefix) = ooode::access::remote::split_url(&url).map_err(to_df)?;
         let store = remote.store().clone();
-        let staging = tempfile::Builder::new()
-            .prefix("ooode-insert-")
-            .tempdir()
-            .map_err(|e| DataFusionError::Execution(format!("create a staging directory: {e}")))?;
-        let staged = staging.path().join("t");
-        let manifest = load_from_stream(
-            data,
-            staged.clone(),
-            self.schema.clone(),
-            self.options.clone(),
-        )
-        .await?;
+        let (_staging, staged, manifest) =
+            load_staged(data, self.schema.clone(), self.options.clone()).await?;
         let rows = manifest.row_count;
         if rows == 0 && self.op != InsertOp::Overwrite {
             return Ok(0);
         }
         let current = fetch_list(&store, &url, &prefix).await?;
         let name = current.0.next_segment_name();
-        let seg_prefix = prefix.clone().join(name.as_str());
-        let seg_url = format!("{url}/{name}");
-        crate::upload::upload_table(&staged, &store, &seg_url, &seg_prefix, false).await?;
+        let seg_prefix = upload_segment(&staged, &store, &url, &prefix, &name).await?;
         let overwrite = self.op == InsertOp::Overwrite;
         let now = now_secs();
         let committed = commit_remote_list(&store, &url, &prefix, current, |list| {
