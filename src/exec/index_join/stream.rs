@@ -18,7 +18,11 @@
 //! batch-size chunks. Outer batches held by open probes and the queued output are reserved
 //! in DataFusion's memory pool; over its limit the query fails with `ResourcesExhausted`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// Maps keyed by probe, page and join key, touched several times per page: SipHash showed in
+// profiles.
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
@@ -105,6 +109,8 @@ enum Work {
         page: Arc<RecordBatch>,
         rows: Vec<u32>,
         next: usize,
+        /// Pairs in all (outer rows x `rows`).
+        total: usize,
         bytes: usize,
     },
     /// Rows ready to go.
@@ -129,6 +135,9 @@ struct Join {
     parked: VecDeque<(u64, Leaves)>,
     out: VecDeque<Work>,
     out_bytes: usize,
+    /// Rows the queued work will make (pairs counted as rows): a full batch waits for no
+    /// more work.
+    out_rows: usize,
 }
 
 /// Runs one partition of the join, sending output batches to `tx`.
@@ -157,6 +166,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         parked: VecDeque::new(),
         out: VecDeque::new(),
         out_bytes: 0,
+        out_rows: 0,
     };
     let mut outer_done = false;
     loop {
@@ -171,14 +181,15 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         if outer_done && join.jobs.is_empty() && join.parked.is_empty() && join.out.is_empty() {
             break;
         }
+        // Output leaves in full batches while work is ready (a page's few rows each, as they
+        // came, cost every operator above a batch and the consumer a wake-up per page); what
+        // is queued goes out as it is once nothing else can make progress.
+        let full = join.out_rows >= join.limits.batch_rows;
         tokio::select! {
             biased;
-            permit = tx.reserve(), if !join.out.is_empty() => {
-                let Ok(permit) = permit else {
+            permit = tx.reserve(), if full => {
+                if !join.send(permit)? {
                     return Ok(()); // consumer gone: stop
-                };
-                if let Some(batch) = join.next_batch()? {
-                    permit.send(Ok(batch));
                 }
             }
             Some(job) = join.jobs.next(), if !join.jobs.is_empty() => join.done(job)?,
@@ -186,6 +197,11 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
                 None => outer_done = true,
                 Some(batch) => join.add_outer(batch?, &outer_keys, &node)?,
             },
+            permit = tx.reserve(), if !join.out.is_empty() => {
+                if !join.send(permit)? {
+                    return Ok(());
+                }
+            }
             else => {
                 return Err(DataFusionError::Internal(
                     "index join: nothing to wait for, yet work is open".into(),
@@ -197,6 +213,23 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
 }
 
 impl Join {
+    /// Sends the next batch through `permit`; false when the consumer is gone.
+    fn send(
+        &mut self,
+        permit: std::result::Result<
+            tokio::sync::mpsc::Permit<'_, Result<RecordBatch>>,
+            tokio::sync::mpsc::error::SendError<()>,
+        >,
+    ) -> Result<bool> {
+        let Ok(permit) = permit else {
+            return Ok(false);
+        };
+        if let Some(batch) = self.next_batch()? {
+            permit.send(Ok(batch));
+        }
+        Ok(true)
+    }
+
     fn grow(&mut self, bytes: usize) -> Result<()> {
         self.memory.try_grow(bytes)
     }
@@ -373,16 +406,19 @@ impl Join {
             self.release(probe);
             return Ok(());
         }
+        let total = p.rows.len() * rows.len();
         // The probe's share of the page's memory (the page is shared by its probes).
         let bytes =
             page.get_array_memory_size() * rows.len() / page.num_rows().max(1) + rows.len() * 4;
         self.grow(bytes)?;
         self.out_bytes += bytes;
+        self.out_rows += total;
         self.out.push_back(Work::Pairs {
             probe,
             page: page.clone(),
             rows,
             next: 0,
+            total,
             bytes,
         });
         Ok(())
@@ -423,6 +459,7 @@ impl Join {
         let bytes = rows.get_array_memory_size();
         self.grow(bytes)?;
         self.out_bytes += bytes;
+        self.out_rows += rows.num_rows();
         self.out.push_back(Work::Rows(rows, bytes));
         Ok(())
     }
@@ -447,6 +484,7 @@ impl Join {
                     if batch.num_rows() <= room {
                         let bytes = *bytes;
                         rows += batch.num_rows();
+                        self.out_rows -= batch.num_rows();
                         parts.push(batch.clone());
                         self.out.pop_front();
                         self.unqueue(bytes);
@@ -454,6 +492,7 @@ impl Join {
                         parts.push(batch.slice(0, room));
                         *batch = batch.slice(room, batch.num_rows() - room);
                         rows += room;
+                        self.out_rows -= room;
                     }
                 }
                 Work::Pairs {
@@ -461,16 +500,17 @@ impl Join {
                     page,
                     rows: page_rows,
                     next,
+                    total,
                     bytes,
                 } => {
-                    let probe = *probe;
+                    let (probe, total) = (*probe, *total);
                     let Some(p) = self.probes.get_mut(&probe) else {
                         let bytes = *bytes;
+                        self.out_rows -= total - *next;
                         self.out.pop_front();
                         self.unqueue(bytes);
                         continue;
                     };
-                    let total = p.rows.len() * page_rows.len();
                     let end = total.min(*next + room);
                     let outer = &self.outers[&p.outer].batch;
                     rows += self.spec.pairs(
@@ -482,6 +522,7 @@ impl Join {
                         *next..end,
                         p.matched.as_deref_mut(),
                     )?;
+                    self.out_rows -= end - *next;
                     *next = end;
                     if end == total {
                         let bytes = *bytes;

@@ -359,6 +359,7 @@ impl ExecutionPlan for IndexScanExec {
             steps: StepCtx::new(self.query.clone(), self.io.clone(), self.level),
             max_fetches: (2 * limit).clamp(2, 8192),
             out_bytes: crate::exec::OUTPUT_BYTES,
+            batch_rows: context.session_config().batch_size().clamp(1, 256),
             memory: MemoryConsumer::new(format!("IndexScanExec[{partition}]"))
                 .register(context.memory_pool()),
         };

@@ -57,6 +57,8 @@ pub struct ScanWork {
     pub steps: StepCtx,
     pub max_fetches: usize,
     pub out_bytes: usize,
+    /// Rows per output batch (pages' rows are put together up to it).
+    pub batch_rows: usize,
     pub memory: MemoryReservation,
 }
 
@@ -78,6 +80,7 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         steps,
         max_fetches,
         out_bytes,
+        batch_rows,
         memory,
     } = work;
     let rows_of = Arc::new(RowsOf {
@@ -102,8 +105,13 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         Pages::Range(r) => (r, true),
     };
     let mut fetches = 0usize;
-    let mut out: VecDeque<(RecordBatch, usize)> = VecDeque::new();
-    let mut queued = 0usize;
+    let mut out = Queued {
+        batches: VecDeque::new(),
+        bytes: 0,
+        rows: 0,
+        batch_rows,
+        memory,
+    };
     let fetch = |page_no: u64, slots: Option<Vec<u16>>| {
         let (rows_of, steps) = (rows_of.clone(), steps.clone());
         async move {
@@ -117,7 +125,7 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         .boxed()
     };
     loop {
-        let room = queued < out_bytes;
+        let room = out.bytes < out_bytes;
         while room && fetches < max_fetches {
             if let Some(page_no) = page_range.next() {
                 jobs.push(fetch(page_no, None));
@@ -128,19 +136,18 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
                 break;
             }
         }
-        if jobs.is_empty() && parked.is_empty() && page_range.is_empty() && out.is_empty() {
+        if jobs.is_empty() && parked.is_empty() && page_range.is_empty() && out.batches.is_empty() {
             return Ok(());
         }
+        // Pages' rows leave in full batches while reads are ready, as they are once nothing
+        // else can make progress (a batch per page costs every operator above it).
+        let full = out.rows >= batch_rows;
         tokio::select! {
             biased;
-            permit = tx.reserve(), if !out.is_empty() => {
-                let Ok(permit) = permit else {
-                    return Ok(()); // the consumer is gone (query cancelled): stop
-                };
-                let (batch, bytes) = out.pop_front().expect("non-empty");
-                queued -= bytes;
-                memory.shrink(bytes);
-                permit.send(Ok(batch));
+            permit = tx.reserve(), if full => {
+                if !out.send(permit)? {
+                    return Ok(());
+                }
             }
             Some(job) = jobs.next(), if !jobs.is_empty() => match job {
                 Job::Leaf((None, _)) => {}
@@ -156,19 +163,76 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
                     fetches -= 1;
                     let rows = rows?;
                     if rows.num_rows() > 0 {
-                        let bytes = rows.get_array_memory_size();
-                        memory.try_grow(bytes)?;
-                        queued += bytes;
-                        out.push_back((rows, bytes));
+                        out.push(rows)?;
                     }
                 }
             },
+            permit = tx.reserve(), if !out.batches.is_empty() => {
+                if !out.send(permit)? {
+                    return Ok(());
+                }
+            }
             else => {
                 return Err(DataFusionError::Internal(
                     "index scan: nothing to wait for, yet work is open".into(),
                 ));
             }
         }
+    }
+}
+
+/// Rows waiting for the consumer, reserved in DataFusion's memory pool.
+struct Queued {
+    batches: VecDeque<(RecordBatch, usize)>,
+    bytes: usize,
+    rows: usize,
+    batch_rows: usize,
+    memory: MemoryReservation,
+}
+
+impl Queued {
+    fn push(&mut self, rows: RecordBatch) -> Result<()> {
+        let bytes = rows.get_array_memory_size();
+        self.memory.try_grow(bytes)?;
+        self.bytes += bytes;
+        self.rows += rows.num_rows();
+        self.batches.push_back((rows, bytes));
+        Ok(())
+    }
+
+    /// Sends the front batches put together, up to `batch_rows` rows (one batch at least);
+    /// false when the consumer is gone.
+    fn send(
+        &mut self,
+        permit: std::result::Result<
+            tokio::sync::mpsc::Permit<'_, Result<RecordBatch>>,
+            tokio::sync::mpsc::error::SendError<()>,
+        >,
+    ) -> Result<bool> {
+        let Ok(permit) = permit else {
+            return Ok(false); // the consumer is gone (query cancelled): stop
+        };
+        let (first, mut bytes) = self.batches.pop_front().expect("a queued batch");
+        let mut rows = first.num_rows();
+        let mut parts = vec![first];
+        while let Some((next, _)) = self.batches.front() {
+            if rows + next.num_rows() > self.batch_rows {
+                break;
+            }
+            let (next, b) = self.batches.pop_front().expect("front exists");
+            rows += next.num_rows();
+            bytes += b;
+            parts.push(next);
+        }
+        let batch = match parts.len() {
+            1 => parts.pop().expect("one part"),
+            _ => arrow::compute::concat_batches(&parts[0].schema(), &parts)?,
+        };
+        self.bytes -= bytes;
+        self.rows -= rows;
+        self.memory.shrink(bytes);
+        permit.send(Ok(batch));
+        Ok(true)
     }
 }
 

@@ -287,6 +287,7 @@ impl ExecutionPlan for OoodeScanExec {
             steps: StepCtx::new(self.query.clone(), self.io.clone(), 0),
             max_fetches: limit.clamp(1, 64),
             out_bytes: crate::exec::OUTPUT_BYTES,
+            batch_rows: context.session_config().batch_size().max(1),
             memory: MemoryConsumer::new(format!("OoodeScanExec[{partition}]"))
                 .register(context.memory_pool()),
         };
