@@ -277,8 +277,10 @@ fn compact_subcommand_and_repl() {
         "{}",
         text(&out)
     );
+    // The REPL keeps its history in `.history` of the working directory: not the checkout's.
     let mut child = Command::new(env!("CARGO_BIN_EXE_ooode"))
         .args(["-q", "--format", "csv"])
+        .current_dir(dir.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
