@@ -47,6 +47,10 @@ pub struct ConcurrencyPoint {
     pub point_p50_ms: f64,
     /// Point lookups' 99th percentile latency, milliseconds.
     pub point_p99_ms: f64,
+    /// Of the point lookups' latency, planning (SQL to physical plan): median and 99th
+    /// percentile, milliseconds. Execution is the rest.
+    pub point_plan_p50_ms: f64,
+    pub point_plan_p99_ms: f64,
     /// Reads per second the device completed (all readers of the machine).
     pub device_iops: f64,
     /// Page reads per second ooode issued (None for Parquet).
@@ -227,8 +231,8 @@ async fn run_point(
             while Instant::now() < deadline {
                 let (point, sql) = draw(client, k, customers, points_only);
                 let t = Instant::now();
-                let rows = query_rows(&ctx, &sql).await?;
-                done.push((k, point, t.elapsed().as_secs_f64() * 1e3, rows));
+                let (plan_ms, rows) = planned_rows(&ctx, &sql).await?;
+                done.push((k, point, t.elapsed().as_secs_f64() * 1e3, plan_ms, rows));
                 k += 1;
             }
             Ok::<_, BoxError>((client, done))
@@ -236,13 +240,15 @@ async fn run_point(
     }
     let mut latencies = Vec::new();
     let mut point_latencies = Vec::new();
+    let mut point_plans = Vec::new();
     let mut results = HashMap::new();
     for t in tasks {
         let (client, done) = t.await??;
-        for (k, point, ms, rows) in done {
+        for (k, point, ms, plan_ms, rows) in done {
             latencies.push(ms);
             if point {
                 point_latencies.push(ms);
+                point_plans.push(plan_ms);
             }
             results.insert((client, k), rows);
         }
@@ -259,6 +265,7 @@ async fn run_point(
     };
     latencies.sort_by(f64::total_cmp);
     point_latencies.sort_by(f64::total_cmp);
+    point_plans.sort_by(f64::total_cmp);
     Ok(Run {
         point: ConcurrencyPoint {
             engine: match engine {
@@ -274,12 +281,31 @@ async fn run_point(
             p99_ms: percentile(&latencies, 0.99),
             point_p50_ms: percentile(&point_latencies, 0.5),
             point_p99_ms: percentile(&point_latencies, 0.99),
+            point_plan_p50_ms: percentile(&point_plans, 0.5),
+            point_plan_p99_ms: percentile(&point_plans, 0.99),
             device_iops: device,
             engine_iops,
             cpu_percent: cpu / elapsed * 100.0,
         },
         results,
     })
+}
+
+/// The rows of `sql` (as [`query_rows`] gives them), and the milliseconds it took to plan.
+async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(f64, Vec<String>), BoxError> {
+    let start = Instant::now();
+    let df = ctx.sql(sql).await?;
+    let ordered = crate::runner::ordered_plan(df.logical_plan());
+    let task = df.task_ctx();
+    let plan = df.create_physical_plan().await?;
+    let plan_ms = start.elapsed().as_secs_f64() * 1e3;
+    let batches = datafusion::physical_plan::collect(plan, std::sync::Arc::new(task)).await?;
+    let rows = if ordered {
+        crate::runner::ordered_rows(&batches)?
+    } else {
+        crate::runner::sorted_rows(&batches)?
+    };
+    Ok((plan_ms, rows))
 }
 
 /// Bytes of the files of the tables the queries read.
@@ -318,8 +344,17 @@ pub async fn run(
             let p = &run.point;
             eprintln!(
                 "{:<20} {c:>3} clients: {:>7.1} q/s, p50 {:>7.1} ms, p99 {:>7.1} ms, \
-                 points p99 {:>7.1} ms, device {:>6.0} IOPS, CPU {:>4.0} %",
-                p.engine, p.qps, p.p50_ms, p.p99_ms, p.point_p99_ms, p.device_iops, p.cpu_percent
+                 points p99 {:>7.1} ms (planning p50 {:.1} / p99 {:.1} ms), device {:>6.0} IOPS, \
+                 CPU {:>4.0} %",
+                p.engine,
+                p.qps,
+                p.p50_ms,
+                p.p99_ms,
+                p.point_p99_ms,
+                p.point_plan_p50_ms,
+                p.point_plan_p99_ms,
+                p.device_iops,
+                p.cpu_percent
             );
             runs.push(run);
         }
@@ -337,8 +372,13 @@ pub async fn run(
     for engine in [Engine::Ooode, Engine::Parquet] {
         let run = run_point(data, engine, 1, secs, &settings, true).await?;
         eprintln!(
-            "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms",
-            run.point.engine, run.point.point_p50_ms, run.point.point_p99_ms
+            "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms (planning p50 {:.2} / p99 \
+             {:.2} ms)",
+            run.point.engine,
+            run.point.point_p50_ms,
+            run.point.point_p99_ms,
+            run.point.point_plan_p50_ms,
+            run.point.point_plan_p99_ms
         );
         points.push(run.point);
     }
