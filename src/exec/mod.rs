@@ -23,6 +23,12 @@ pub const ONE_PIPELINE_ROWS: usize = 256;
 /// still complete and queue their rows): what a slow consumer can make a node hold.
 pub const OUTPUT_BYTES: usize = 4 << 20;
 
+/// Room reserved in a node's output channel for one batch (or the consumer gone).
+pub(crate) type Reserved<'a> = std::result::Result<
+    tokio::sync::mpsc::Permit<'a, datafusion::common::Result<arrow::array::RecordBatch>>,
+    tokio::sync::mpsc::error::SendError<()>,
+>;
+
 pub use crate::access::ScanEstimate;
 pub use crate::config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 pub use index_join::{IndexJoinBuilder, IndexJoinExec, IndexJoinKind, InnerSide};

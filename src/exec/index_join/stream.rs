@@ -214,13 +214,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
 
 impl Join {
     /// Sends the next batch through `permit`; false when the consumer is gone.
-    fn send(
-        &mut self,
-        permit: std::result::Result<
-            tokio::sync::mpsc::Permit<'_, Result<RecordBatch>>,
-            tokio::sync::mpsc::error::SendError<()>,
-        >,
-    ) -> Result<bool> {
+    fn send(&mut self, permit: crate::exec::Reserved<'_>) -> Result<bool> {
         let Ok(permit) = permit else {
             return Ok(false);
         };

@@ -202,13 +202,7 @@ impl Queued {
 
     /// Sends the front batches put together, up to `batch_rows` rows (one batch at least);
     /// false when the consumer is gone.
-    fn send(
-        &mut self,
-        permit: std::result::Result<
-            tokio::sync::mpsc::Permit<'_, Result<RecordBatch>>,
-            tokio::sync::mpsc::error::SendError<()>,
-        >,
-    ) -> Result<bool> {
+    fn send(&mut self, permit: crate::exec::Reserved<'_>) -> Result<bool> {
         let Ok(permit) = permit else {
             return Ok(false); // the consumer is gone (query cancelled): stop
         };
