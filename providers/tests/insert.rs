@@ -58,6 +58,13 @@ async fn twin_tables(ctx: &SessionContext, dir: &Path) {
 
 /// Rows an insert adds: `count` rows from `start`, keys modulo `keys` (duplicates), a NULL
 /// key every `null_every` rows and a NULL name every 5th.
+/// Inserts the rows of `query` into both twin tables (`t`, ooode, and `m`, in memory).
+async fn insert_twins(ctx: &SessionContext, query: &str) {
+    for table in ["t", "m"] {
+        ok(ctx, &format!("INSERT INTO {table} {query}")).await;
+    }
+}
+
 fn rows_sql(start: u64, count: u64, keys: u64, null_every: u64) -> String {
     format!(
         "SELECT CASE WHEN value % {null_every} = 0 THEN NULL ELSE value % {keys} END, \
@@ -298,10 +305,7 @@ async fn compaction_merges_segments_and_waits_for_readers() {
     let ctx = context();
     twin_tables(&ctx, &t).await;
     for i in 0..3 {
-        let rows = rows_sql(1000 + i * 400, 400, 90, 11);
-        for table in ["t", "m"] {
-            ok(&ctx, &format!("INSERT INTO {table} {rows}")).await;
-        }
+        insert_twins(&ctx, &rows_sql(1000 + i * 400, 400, 90, 11)).await;
     }
     assert_eq!(segments(&t).segments.len(), 4);
     // Index plans over the four segments: each probe looks its key up in every segment.
@@ -382,10 +386,7 @@ async fn compaction_merges_segments_and_waits_for_readers() {
     // Automatic compaction past two segments.
     ok(&ctx, "SET ooode.compact_segments = 2").await;
     for i in 0..4 {
-        let rows = rows_sql(9000 + i * 50, 50, 30, 7);
-        for table in ["t", "m"] {
-            ok(&ctx, &format!("INSERT INTO {table} {rows}")).await;
-        }
+        insert_twins(&ctx, &rows_sql(9000 + i * 50, 50, 30, 7)).await;
         assert!(segments(&t).segments.len() <= 2, "after insert {i}");
     }
     assert_same(&ctx, "automatic compaction").await;
@@ -405,10 +406,7 @@ async fn compaction_of_many_segments_under_a_small_read_budget() {
     let ctx = context();
     twin_tables(&ctx, &t).await;
     for i in 0..11 {
-        let rows = rows_sql(2000 + i * 300, 300, 50, 13);
-        for table in ["t", "m"] {
-            ok(&ctx, &format!("INSERT INTO {table} {rows}")).await;
-        }
+        insert_twins(&ctx, &rows_sql(2000 + i * 300, 300, 50, 13)).await;
     }
     assert_eq!(segments(&t).segments.len(), 12);
     ok(&ctx, "SET ooode.max_outstanding_io = 4").await;
