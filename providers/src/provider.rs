@@ -19,7 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use ooode::access::{OoodeRuntime, QueryIo, RemoteTable, to_df};
 use ooode::config::OoodeConfig;
 use ooode::exec::OoodeScanExec;
-use ooode::optimizer::read_ahead;
+use ooode::optimizer::plan_reads;
 use ooode::storage::Table;
 use ooode::storage::columnar_sums::BlockSums;
 use ooode::storage::segments::{SEGMENTS_FILE, SegmentList};
@@ -405,7 +405,8 @@ impl OoodeTable {
             partitions,
             query.clone(),
         )?;
-        // A filter that makes this a small index scan: its pages are read while the rest of
+        // The filters' index scans counted here, where waiting for reads is asynchronous (the
+        // index rule finds the counts made), and a small one's pages read while the rest of
         // the query is planned. A filter that cannot be planned here is left to the FilterExec.
         let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned())
             .and_then(|f| {
@@ -415,8 +416,8 @@ impl OoodeTable {
         let scan = match predicate {
             Some(predicate) => {
                 let io = scan.io_metrics().clone();
-                let ahead = read_ahead(&table, &predicate, config, io, &query)?;
-                scan.with_read_ahead(ahead)
+                let reads = plan_reads(&table, &predicate, config, io, &query).await?;
+                scan.with_plan_reads(reads)
             }
             None => scan,
         };

@@ -27,6 +27,8 @@ pub struct QueryIo {
     runtime: Arc<OoodeRuntime>,
     /// Reads issued while a read of another plan node of the query was in flight.
     overlapped: AtomicU64,
+    /// Range counts the optimizer rule had to wait for, blocking its thread.
+    blocking_counts: AtomicU64,
 }
 
 impl QueryIo {
@@ -44,6 +46,7 @@ impl QueryIo {
             share: runtime.admission().share(limit),
             runtime: runtime.clone(),
             overlapped: AtomicU64::new(0),
+            blocking_counts: AtomicU64::new(0),
         })
     }
 
@@ -85,5 +88,16 @@ impl QueryIo {
     /// the levels of a join chain run at the same time.
     pub fn overlapped_reads(&self) -> u64 {
         self.overlapped.load(Relaxed)
+    }
+
+    /// Notes a range count the optimizer rule waits for, blocking its thread.
+    pub fn note_blocking_count(&self) {
+        self.blocking_counts.fetch_add(1, Relaxed);
+    }
+
+    /// Range counts the optimizer rule waited for, blocking its thread (the counts of the
+    /// index scans a table's filters make are made in its async `scan` instead).
+    pub fn blocking_counts(&self) -> u64 {
+        self.blocking_counts.load(Relaxed)
     }
 }

@@ -23,7 +23,7 @@ pub mod table_io;
 
 pub use admission::{Admission, Permit};
 pub use budget::QueryIo;
-pub use plan_time::{IndexRanges, ReadAhead, ScanEstimate};
+pub use plan_time::{IndexRanges, PlanCounts, PlanReads, ReadAhead, ScanEstimate};
 pub use remote::RemoteTable;
 pub use runtime::OoodeRuntime;
 pub use steps::{HeldPage, StepCtx, to_df};

@@ -2,20 +2,24 @@
 //! and the read-ahead of small index scans.
 //!
 //! ```text
-//!   TableProvider::scan(filters) ──> ReadAhead: a task of its own, held by the scan node
-//!        │                               count the filters' key ranges (a leaf or two)
-//!        │                               small? read the index scan's heap pages into the pool
-//!   rest of DataFusion's planning, the index rule: its counts find the leaves cached
-//!   (count_ranges: all ranges at once, both bounds of each at once, on the query's engine)
+//!   TableProvider::scan(filters) ──> PlanCounts::count: the filters' candidate index scans,
+//!        │   awaited                   their key ranges counted (a leaf or two each)
+//!        │                           ReadAhead: a task of its own, held by the scan node:
+//!        │                             the smallest scan, if small, read into the pool
+//!   rest of DataFusion's planning, the index rule: finds its counts made
 //!   ... ──> the plan runs: its index scan finds its pages read
 //! ```
 //!
 //! Counts read through the query's own engine and pool: out of order the reads of all the
 //! ranges counted are in flight together, so a cold count costs one tree height of dependent
-//! reads, not one read per node visited. They run outside admission (a plan's counts are at
-//! most [`COUNTED_RANGES`] ranges, two descents each): the optimizer waits for them on its own
-//! thread, and a permit it waited for could be held by a step of another query that needs
-//! this very thread to run.
+//! reads, not one read per node visited. They are made in `scan`, which is async: DataFusion's
+//! physical optimizer is not, and a rule that waited for reads held a tokio worker meanwhile
+//! (under 64 concurrent clients on 2 workers, 55 % of the workers' context switches were
+//! there, and every running query stalled behind the queries being planned). The rule counts
+//! itself, blocking, only the ranges `scan` did not foresee. Counts run outside admission: a
+//! plan's counts are at most [`COUNTED_RANGES`] ranges per candidate, two descents each, and
+//! a query being planned should not queue behind the reads of queries already running (nor
+//! could the rule's blocking count wait for a permit that a step needing its thread holds).
 //!
 //! Read-ahead: DataFusion hands a table's filters to its provider's `scan`; from there to the
 //! end of planning take a few hundred microseconds, about as long as a point query's first
@@ -90,6 +94,7 @@ pub fn count_ranges_now(
     query: &Arc<QueryIo>,
     io: Arc<IoMetrics>,
 ) -> Result<u64> {
+    query.note_blocking_count();
     let ctx = StepCtx::plan_time(query.clone(), io);
     // Every engine of the runtime: a read this count joins may be another engine's.
     let mut engines = query.runtime().engines();
@@ -144,6 +149,89 @@ pub struct IndexRanges {
     pub ranges: Vec<KeyRange>,
 }
 
+/// Range counts of a table's candidate index scans, made while its scan was planned (an
+/// async step) so that the optimizer rule, which cannot wait asynchronously, finds them made.
+#[derive(Debug, Default)]
+pub struct PlanCounts {
+    counted: Vec<Counted>,
+    /// Counters of the counts' reads (not the scan's: they are the plan's, and in order
+    /// nothing of the scan is read before the plan runs).
+    io: Arc<IoMetrics>,
+}
+
+#[derive(Debug)]
+struct Counted {
+    scan: IndexRanges,
+    /// None when the count failed (a damaged index): the estimate is then made large and the
+    /// scan, if chosen, reports the damage itself.
+    entries: Option<u64>,
+}
+
+impl PlanCounts {
+    /// Counts `candidates` (index scans of `table`), all at once, through `query`'s engine,
+    /// outside admission (see the module doc).
+    pub async fn count(
+        table: &TableIo,
+        candidates: Vec<IndexRanges>,
+        query: &Arc<QueryIo>,
+    ) -> Self {
+        let io = IoMetrics::new();
+        let ctx = StepCtx::plan_time(query.clone(), io.clone());
+        let entries = futures::future::join_all(
+            candidates
+                .iter()
+                .map(|c| count_ranges(table, c.index, &c.ranges, &ctx)),
+        )
+        .await;
+        let counted = candidates
+            .into_iter()
+            .zip(entries)
+            .map(|(scan, entries)| Counted {
+                scan,
+                entries: entries.ok(),
+            })
+            .collect();
+        Self { counted, io }
+    }
+
+    /// The count of `ranges` of the `index`-th index, if it was made: `Some(None)` when it
+    /// was made and failed.
+    pub fn get(&self, index: usize, ranges: &[KeyRange]) -> Option<Option<u64>> {
+        self.counted
+            .iter()
+            .find(|c| c.scan.index == index && c.scan.ranges == ranges)
+            .map(|c| c.entries)
+    }
+
+    /// Counters of the counts' reads.
+    pub fn io(&self) -> &Arc<IoMetrics> {
+        &self.io
+    }
+
+    /// The counted scan of `table` that reads the fewest pages, with its estimate.
+    fn smallest(&self, table: &TableIo) -> Option<(ScanEstimate, &IndexRanges)> {
+        self.counted
+            .iter()
+            .filter_map(|c| {
+                let entries = c.entries?;
+                let estimate =
+                    estimate_from_counts(table, c.scan.index, c.scan.ranges.len(), entries);
+                Some((estimate, &c.scan))
+            })
+            .min_by_key(|(estimate, _)| estimate.pages)
+    }
+}
+
+/// The counts and the read-ahead a table's scan made while the query was planned
+/// ([`crate::optimizer::plan_reads`]).
+#[derive(Debug, Default)]
+pub struct PlanReads {
+    /// Range counts of the candidate index scans.
+    pub counts: PlanCounts,
+    /// The read-ahead of the smallest, if any; dropping its last handle stops it.
+    pub read_ahead: Option<Arc<ReadAhead>>,
+}
+
 /// A read-ahead running in a task of its own; dropping it stops the task.
 #[derive(Debug)]
 pub struct ReadAhead(tokio::task::JoinHandle<()>);
@@ -161,50 +249,35 @@ impl ReadAhead {
     }
 }
 
-/// Starts reading ahead the heap pages of the cheapest of `candidates` (index scans of
-/// `table`), if it reads at most [`READ_AHEAD_PAGES`], under `query`'s budget, counting the
+/// Starts reading ahead the heap pages of the cheapest of the scans of `table` counted in
+/// `counts`, if it reads at most [`READ_AHEAD_PAGES`], under `query`'s budget, counting the
 /// reads in `io`. None in order or outside a tokio runtime.
 pub fn read_ahead(
     table: &Arc<TableIo>,
-    candidates: Vec<IndexRanges>,
+    counts: &PlanCounts,
     query: &Arc<QueryIo>,
     io: Arc<IoMetrics>,
 ) -> Option<ReadAhead> {
-    if query.mode == crate::config::ExecutionMode::InOrder || candidates.is_empty() {
+    if query.mode == crate::config::ExecutionMode::InOrder {
+        return None;
+    }
+    let (estimate, scan) = counts.smallest(table)?;
+    if estimate.pages > READ_AHEAD_PAGES {
         return None;
     }
     let runtime = tokio::runtime::Handle::try_current().ok()?;
     let ctx = StepCtx::new(query.clone(), io, 0);
-    let table = table.clone();
+    let (table, scan) = (table.clone(), scan.clone());
     // The outcome is the scan's to find: a failed read is not cached, so the plan reads the
     // page again and reports the error itself.
     let task = Box::pin(async move {
-        let _ = read_smallest(table, candidates, ctx).await;
+        let _ = read_pages(table, scan, ctx).await;
     });
     Some(ReadAhead(runtime.spawn(crate::io::batch::Batched(task))))
 }
 
-async fn read_smallest(
-    table: Arc<TableIo>,
-    candidates: Vec<IndexRanges>,
-    ctx: StepCtx,
-) -> Result<()> {
-    let mut best: Option<(usize, IndexRanges)> = None;
-    for candidate in candidates {
-        let entries = count_ranges(&table, candidate.index, &candidate.ranges, &ctx).await?;
-        let pages =
-            estimate_from_counts(&table, candidate.index, candidate.ranges.len(), entries).pages;
-        if best.as_ref().is_none_or(|b| pages < b.0) {
-            best = Some((pages, candidate));
-        }
-    }
-    let Some((pages, scan)) = best else {
-        return Ok(());
-    };
-    if pages > READ_AHEAD_PAGES {
-        return Ok(());
-    }
-    // The scan's lookups and heap page reads, into the pool, without decoding.
+/// The lookups and heap page reads of `scan`, into the pool, without decoding.
+async fn read_pages(table: Arc<TableIo>, scan: IndexRanges, ctx: StepCtx) -> Result<()> {
     let mut lookups = futures::stream::select_all(
         scan.ranges
             .into_iter()

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::access::plan_time::count_ranges_now;
+use crate::access::plan_time::{PlanCounts, count_ranges_now};
 pub use crate::access::plan_time::{ScanEstimate, counted_ranges, estimate_from_counts};
 use crate::access::{QueryIo, TableIo};
 use crate::io::IoMetrics;
@@ -27,12 +27,14 @@ pub fn scan_pages(io: &TableIo) -> f64 {
 }
 
 /// Estimated rows and page reads of an index scan over `ranges` of the `index_no`-th index,
-/// from exact counts read through the query's engine (see
-/// [`crate::access::plan_time::count_ranges_now`]), counted in `io`.
+/// from exact counts: made while the table's scan was planned (`counted`), else read now
+/// through the query's engine, blocking (see
+/// [`crate::access::plan_time::count_ranges_now`]), counted in `node_io`.
 pub fn index_scan_estimate(
     io: &TableIo,
     index_no: usize,
     ranges: &[KeyRange],
+    counted: &PlanCounts,
     query: &Arc<QueryIo>,
     node_io: Arc<IoMetrics>,
 ) -> ScanEstimate {
@@ -45,8 +47,11 @@ pub fn index_scan_estimate(
     };
     // A failed count (damaged index) makes the estimate large: the scan is kept, and reports
     // the damage itself if it reads there.
-    let entries =
-        count_ranges_now(io, index_no, ranges, query, node_io).unwrap_or(index.meta.tree.entries);
+    let entries = match counted.get(index_no, ranges) {
+        Some(entries) => entries,
+        None => count_ranges_now(io, index_no, ranges, query, node_io).ok(),
+    };
+    let entries = entries.unwrap_or(index.meta.tree.entries);
     estimate_from_counts(io, index_no, ranges.len(), entries)
 }
 

@@ -1,13 +1,14 @@
 //! Layer 4: the physical optimizer rules: index plans where they win ([`OoodeIndexRule`]),
-//! and small index plans kept in one pipeline ([`OoodeOnePipelineRule`]); and the read-ahead
-//! of small index scans while they are planned ([`read_ahead`]).
+//! and small index plans kept in one pipeline ([`OoodeOnePipelineRule`]); and what a table's
+//! scan reads while the query is planned ([`plan_reads`]: the rule's range counts, the
+//! read-ahead of small index scans).
 
 pub mod cost;
 pub mod pipeline;
+pub mod plan_reads;
 pub mod ranges;
-pub mod read_ahead;
 pub mod rule;
 
 pub use pipeline::OoodeOnePipelineRule;
-pub use read_ahead::read_ahead;
+pub use plan_reads::plan_reads;
 pub use rule::OoodeIndexRule;

@@ -172,6 +172,7 @@ impl Planner<'_> {
                     scan.table(),
                     c.index,
                     &c.ranges,
+                    scan.plan_counts(),
                     &self.query,
                     self.plan_io.clone(),
                 );

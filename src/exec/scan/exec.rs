@@ -24,7 +24,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
-use crate::access::plan_time::ReadAhead;
+use crate::access::plan_time::{PlanCounts, PlanReads, ReadAhead};
 use crate::access::{QueryIo, StepCtx, TableIo};
 use crate::exec::index_scan::stream::{Pages, ScanWork, run};
 use crate::exec::metrics::{NodeMetrics, Published};
@@ -46,9 +46,9 @@ pub struct OoodeScanExec {
     properties: Arc<PlanProperties>,
     /// A scan of the table's Parquet copy that does the reading, when set.
     columnar: Option<Arc<dyn ExecutionPlan>>,
-    /// A read-ahead of an index scan of this table started while it was planned (the index
-    /// scan that replaces this node takes it over).
-    read_ahead: Option<Arc<ReadAhead>>,
+    /// Range counts made and a read-ahead started while it was planned (the index scan that
+    /// replaces this node takes the read-ahead over).
+    plan_reads: Arc<PlanReads>,
 }
 
 impl OoodeScanExec {
@@ -81,7 +81,7 @@ impl OoodeScanExec {
             node_metrics: Default::default(),
             properties,
             columnar: None,
-            read_ahead: None,
+            plan_reads: Default::default(),
         })
     }
 
@@ -115,17 +115,23 @@ impl OoodeScanExec {
         }
     }
 
-    /// The same scan holding `read_ahead` (stopped when the plan is dropped).
-    pub fn with_read_ahead(self, read_ahead: Option<ReadAhead>) -> Self {
+    /// The same scan holding what was read for it while it was planned (a read-ahead stops
+    /// when the plan is dropped).
+    pub fn with_plan_reads(self, plan_reads: PlanReads) -> Self {
         Self {
-            read_ahead: read_ahead.map(Arc::new),
+            plan_reads: Arc::new(plan_reads),
             ..self
         }
     }
 
     /// The read-ahead started for this table while the query was planned.
     pub fn read_ahead(&self) -> Option<&Arc<ReadAhead>> {
-        self.read_ahead.as_ref()
+        self.plan_reads.read_ahead.as_ref()
+    }
+
+    /// The range counts made for this table's index scans while the query was planned.
+    pub fn plan_counts(&self) -> &PlanCounts {
+        &self.plan_reads.counts
     }
 
     /// The table.
