@@ -463,15 +463,15 @@ fn planning_counts_read_through_the_pool() {
         lower: std::ops::Bound::Unbounded,
         upper: std::ops::Bound::Excluded(key(10)),
     };
-    let before = query.blocking_counts();
+    let before = query.own_counts();
     assert_eq!(
         count_ranges_now(&io, 1, &[below], &query, node).unwrap(),
         5000
     );
     assert_eq!(
-        query.blocking_counts(),
+        query.own_counts(),
         before + 1,
-        "each blocking count noted"
+        "each count the rule makes itself noted"
     );
 }
 

@@ -27,8 +27,10 @@ pub struct QueryIo {
     runtime: Arc<OoodeRuntime>,
     /// Reads issued while a read of another plan node of the query was in flight.
     overlapped: AtomicU64,
-    /// Range counts the optimizer rule had to wait for, blocking its thread.
-    blocking_counts: AtomicU64,
+    /// Range counts the optimizer rule made itself, blocking its thread.
+    own_counts: AtomicU64,
+    /// Range counts started in `scan` that the optimizer rule waited for, blocking its thread.
+    count_waits: AtomicU64,
 }
 
 impl QueryIo {
@@ -46,7 +48,8 @@ impl QueryIo {
             share: runtime.admission().share(limit),
             runtime: runtime.clone(),
             overlapped: AtomicU64::new(0),
-            blocking_counts: AtomicU64::new(0),
+            own_counts: AtomicU64::new(0),
+            count_waits: AtomicU64::new(0),
         })
     }
 
@@ -90,14 +93,25 @@ impl QueryIo {
         self.overlapped.load(Relaxed)
     }
 
-    /// Notes a range count the optimizer rule waits for, blocking its thread.
-    pub fn note_blocking_count(&self) {
-        self.blocking_counts.fetch_add(1, Relaxed);
+    /// Notes a range count the optimizer rule makes itself, blocking its thread.
+    pub fn note_own_count(&self) {
+        self.own_counts.fetch_add(1, Relaxed);
     }
 
-    /// Range counts the optimizer rule waited for, blocking its thread (the counts of the
-    /// index scans a table's filters make are made in its async `scan` instead).
-    pub fn blocking_counts(&self) -> u64 {
-        self.blocking_counts.load(Relaxed)
+    /// Range counts the optimizer rule made itself, blocking its thread: ranges the table's
+    /// `scan` did not foresee from its filters (it starts the counts of those it does).
+    pub fn own_counts(&self) -> u64 {
+        self.own_counts.load(Relaxed)
+    }
+
+    /// Notes that the optimizer rule waits, blocking, for counts started in `scan`.
+    pub fn note_count_wait(&self) {
+        self.count_waits.fetch_add(1, Relaxed);
+    }
+
+    /// Times the optimizer rule waited, blocking, for counts started in `scan` and not yet
+    /// made when it needed them.
+    pub fn count_waits(&self) -> u64 {
+        self.count_waits.load(Relaxed)
     }
 }

@@ -10,13 +10,14 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::ranges::index_candidates;
 use crate::access::plan_time::{IndexRanges, PlanCounts, PlanReads, read_ahead};
 use crate::access::{QueryIo, TableIo};
-use crate::config::{IndexJoinMode, OoodeConfig};
+use crate::config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 use crate::io::IoMetrics;
 
-/// Counts what the index scans of `table` filtered by `predicate` (over the table's columns)
-/// would read, and starts reading ahead the smallest if it is small; the read-ahead's reads
-/// count in `io` under `query`'s budget. Nothing with `index_join = 'never'` or when no index
-/// fits; no read-ahead in order or outside a tokio runtime.
+/// Starts counting what the index scans of `table` filtered by `predicate` (over the
+/// table's columns) would read, for the index rule to find, and out of order a task that
+/// reads ahead the smallest if it is small; the read-ahead's reads count in `io` under
+/// `query`'s budget. In order the counts are made here (the engine's reads block anyway, and
+/// nothing reads ahead). Nothing with `index_join = 'never'` or when no index fits.
 pub async fn plan_reads(
     table: &Arc<TableIo>,
     predicate: &Arc<dyn PhysicalExpr>,
@@ -37,7 +38,13 @@ pub async fn plan_reads(
     if candidates.is_empty() {
         return Ok(PlanReads::default());
     }
-    let counts = PlanCounts::count(table, candidates, query).await;
-    let read_ahead = read_ahead(table, &counts, query, io).map(Arc::new);
+    let counts = Arc::new(PlanCounts::new(table, candidates, query));
+    let read_ahead = match query.mode {
+        ExecutionMode::InOrder => {
+            counts.made().await;
+            None
+        }
+        ExecutionMode::OutOfOrder => read_ahead(table, &counts, query, io).map(Arc::new),
+    };
     Ok(PlanReads { counts, read_ahead })
 }
