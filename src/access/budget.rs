@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::admission::{Acquire, Permit, Share};
+use super::admission::{Acquire, AdmissionWaits, Permit, Share};
 use super::runtime::OoodeRuntime;
 use super::table_io::Counters;
 use crate::config::{ExecutionMode, OoodeConfig};
@@ -71,6 +71,28 @@ impl QueryIo {
     /// A permit for one read at `level` (higher: closer to the output, served first).
     pub fn permit(&self, level: usize) -> Acquire {
         self.share.acquire(level)
+    }
+
+    /// Notes that the query's plan is estimated to read `reads` pages: its reads then go
+    /// before those of queries estimated larger (see [`super::admission`]).
+    pub fn set_estimated_reads(&self, reads: u64) {
+        self.share.set_estimated_reads(reads);
+    }
+
+    /// The page reads the query was estimated to make (0 when not estimated).
+    pub fn estimated_reads(&self) -> u64 {
+        self.share.estimated_reads()
+    }
+
+    /// A first guess at the query's reads, from a part of its plan, unless the whole plan
+    /// was estimated already.
+    pub fn guess_estimated_reads(&self, reads: u64) {
+        self.share.guess_estimated_reads(reads);
+    }
+
+    /// How long the query's reads waited for admission so far.
+    pub fn admission_waits(&self) -> AdmissionWaits {
+        self.share.waits()
     }
 
     /// A permit now, if one is free.

@@ -21,7 +21,7 @@ pub mod runtime;
 pub mod steps;
 pub mod table_io;
 
-pub use admission::{Admission, Permit};
+pub use admission::{Admission, AdmissionWaits, Permit};
 pub use budget::QueryIo;
 pub use plan_time::{IndexRanges, PlanCounts, PlanReads, ReadAhead, ScanEstimate};
 pub use remote::RemoteTable;

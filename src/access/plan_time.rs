@@ -301,6 +301,8 @@ pub fn read_ahead(
             return;
         };
         if estimate.pages <= READ_AHEAD_PAGES {
+            // The plan is not estimated yet; its reads start here, as a small query's.
+            ctx.query().guess_estimated_reads(estimate.pages as u64);
             let _ = read_pages(table, scan, ctx).await;
         }
     });

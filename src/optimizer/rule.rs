@@ -135,9 +135,27 @@ struct Planner<'a> {
     query: Arc<QueryIo>,
     /// Counters of the reads the rule's own estimates make.
     plan_io: Arc<IoMetrics>,
+    /// Estimated page reads of the index nodes put in the plan.
+    index_reads: std::cell::Cell<f64>,
 }
 
 impl Planner<'_> {
+    fn add_index_reads(&self, pages: f64) {
+        self.index_reads.set(self.index_reads.get() + pages);
+    }
+
+    /// Estimated page reads of `plan`, the rule's output: its index nodes' and the heap
+    /// pages of its full scans that read the heap. Admission serves smaller queries first.
+    fn estimated_reads(&self, plan: &Arc<dyn ExecutionPlan>) -> f64 {
+        fn heap_scans(plan: &Arc<dyn ExecutionPlan>) -> f64 {
+            let own = match plan.downcast_ref::<OoodeScanExec>() {
+                Some(scan) if !scan.is_columnar() => scan.table().heap_pages() as f64,
+                _ => 0.0,
+            };
+            own + plan.children().into_iter().map(heap_scans).sum::<f64>()
+        }
+        self.index_reads.get() + heap_scans(plan)
+    }
     /// Whether an index plan reading `index_pages` beats a scan of `scan_pages` pages of
     /// `table`. A table in object storage has its own ratio: its index pages are a request
     /// each, a round trip apiece 256 at a time, while a scan fetches whole column chunks.
@@ -194,6 +212,7 @@ impl Planner<'_> {
         if !self.wants(estimate.pages as f64, scan_pages(scan.table()), table) {
             return Ok(None);
         }
+        self.add_index_reads(estimate.pages as f64);
         Ok(Some(Arc::new(
             IndexScanExec::builder(scan.table().clone(), index, ranges, self.query.clone())
                 .name(scan.table_name())
@@ -239,7 +258,10 @@ impl Planner<'_> {
                 best = Some(plan);
             }
         }
-        Ok(best.map(|b| b.1))
+        Ok(best.map(|(cost, plan)| {
+            self.add_index_reads(cost);
+            plan
+        }))
     }
 
     fn try_side(
@@ -478,6 +500,7 @@ impl PhysicalOptimizerRule for OoodeIndexRule {
             config: ooode,
             query,
             plan_io: IoMetrics::new(),
+            index_reads: Default::default(),
         };
         let plan = plan
             .transform_up(|node| {
@@ -505,6 +528,10 @@ impl PhysicalOptimizerRule for OoodeIndexRule {
                 Ok(Transformed::no(node))
             })
             .map(|t| t.data)?;
+        let reads = planner.estimated_reads(&plan);
+        planner
+            .query
+            .set_estimated_reads(reads.min(u64::MAX as f64) as u64);
         if has_index_nodes(&plan) {
             assign_levels(&plan, 0)
         } else {

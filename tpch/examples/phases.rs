@@ -136,6 +136,9 @@ async fn rule_times(ctx: &SessionContext, sql: &str, runs: usize) -> Result<(), 
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    // As the binaries do: a profile of a cold run would otherwise show page faults they do
+    // not have.
+    ooode_tpch::delay_memory_purge();
     let args: Vec<String> = std::env::args().collect();
     let sf: f64 = args.get(1).map_or(Ok(1.0), |s| s.parse())?;
     let n: u64 = args.get(2).map_or(Ok(1), |s| s.parse())?;

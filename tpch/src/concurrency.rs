@@ -10,11 +10,15 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use ooode::access::QueryIo;
+use ooode::exec::{IndexJoinExec, IndexScanExec, OoodeScanExec};
 use ooode::io::metrics::process_cpu_time;
 
 use crate::datagen::DataSet;
@@ -57,6 +61,63 @@ pub struct ConcurrencyPoint {
     pub engine_iops: Option<f64>,
     /// Process CPU, percent of one core.
     pub cpu_percent: f64,
+    /// Where the slowest point lookups' time went (ooode only).
+    pub point_tail: Option<PointTail>,
+}
+
+/// Means over the slowest 5 % of the point lookups of one run, milliseconds: where a point's
+/// time goes under load. Sums over a query's reads (admission, device) overlap one another
+/// where its reads run at once, so they can add up to more than its execution.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PointTail {
+    /// Point lookups in the slowest 5 %.
+    pub queries: usize,
+    /// Latency.
+    pub total_ms: f64,
+    /// Planning (SQL to physical plan).
+    pub plan_ms: f64,
+    /// Reads.
+    pub reads: f64,
+    /// Reads' time queued for admission, summed.
+    pub admission_ms: f64,
+    /// From a read's admission until its task ran, summed (scheduling delay).
+    pub wake_ms: f64,
+    /// Reads outstanding at the device, summed.
+    pub device_ms: f64,
+}
+
+/// One finished query: latency, planning, and (ooode) what its reads waited for.
+#[derive(Debug, Clone, Copy, Default)]
+struct Timing {
+    total_ms: f64,
+    plan_ms: f64,
+    reads: u64,
+    admission_ms: f64,
+    wake_ms: f64,
+    device_ms: f64,
+}
+
+impl PointTail {
+    /// Means over the slowest 5 % of `points` (None when there are none).
+    fn of(points: &[Timing]) -> Option<Self> {
+        let mut sorted = points.to_vec();
+        sorted.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
+        sorted.truncate(points.len().div_ceil(20));
+        let n = sorted.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = |f: fn(&Timing) -> f64| sorted.iter().map(f).sum::<f64>() / n as f64;
+        Some(Self {
+            queries: n,
+            total_ms: mean(|t| t.total_ms),
+            plan_ms: mean(|t| t.plan_ms),
+            reads: mean(|t| t.reads as f64),
+            admission_ms: mean(|t| t.admission_ms),
+            wake_ms: mean(|t| t.wake_ms),
+            device_ms: mean(|t| t.device_ms),
+        })
+    }
 }
 
 /// The whole experiment.
@@ -231,8 +292,9 @@ async fn run_point(
             while Instant::now() < deadline {
                 let (point, sql) = draw(client, k, customers, points_only);
                 let t = Instant::now();
-                let (plan_ms, rows) = planned_rows(&ctx, &sql).await?;
-                done.push((k, point, t.elapsed().as_secs_f64() * 1e3, plan_ms, rows));
+                let (mut timing, rows) = planned_rows(&ctx, &sql).await?;
+                timing.total_ms = t.elapsed().as_secs_f64() * 1e3;
+                done.push((k, point, timing, rows));
                 k += 1;
             }
             Ok::<_, BoxError>((client, done))
@@ -241,14 +303,16 @@ async fn run_point(
     let mut latencies = Vec::new();
     let mut point_latencies = Vec::new();
     let mut point_plans = Vec::new();
+    let mut point_timings = Vec::new();
     let mut results = HashMap::new();
     for t in tasks {
         let (client, done) = t.await??;
-        for (k, point, ms, plan_ms, rows) in done {
-            latencies.push(ms);
+        for (k, point, timing, rows) in done {
+            latencies.push(timing.total_ms);
             if point {
-                point_latencies.push(ms);
-                point_plans.push(plan_ms);
+                point_latencies.push(timing.total_ms);
+                point_plans.push(timing.plan_ms);
+                point_timings.push(timing);
             }
             results.insert((client, k), rows);
         }
@@ -286,26 +350,66 @@ async fn run_point(
             device_iops: device,
             engine_iops,
             cpu_percent: cpu / elapsed * 100.0,
+            point_tail: match engine {
+                Engine::Ooode => PointTail::of(&point_timings),
+                Engine::Parquet => None,
+            },
         },
         results,
     })
 }
 
-/// The rows of `sql` (as [`query_rows`] gives them), and the milliseconds it took to plan.
-async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(f64, Vec<String>), BoxError> {
+/// Where the slowest point lookups' time went, as one line.
+fn tail_line(t: &PointTail) -> String {
+    format!(
+        "slowest 5 % of points ({}): {:.1} ms = planning {:.1} + execution; summed over their \
+         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, device {:.1} ms",
+        t.queries, t.total_ms, t.plan_ms, t.reads, t.admission_ms, t.wake_ms, t.device_ms
+    )
+}
+
+/// The ooode query budget of `plan`, if it has ooode nodes.
+fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
+    if let Some(n) = plan.downcast_ref::<IndexJoinExec>() {
+        return Some(n.query().clone());
+    }
+    if let Some(n) = plan.downcast_ref::<IndexScanExec>() {
+        return Some(n.query().clone());
+    }
+    if let Some(n) = plan.downcast_ref::<OoodeScanExec>() {
+        return Some(n.query().clone());
+    }
+    plan.children().into_iter().find_map(query_io)
+}
+
+/// The rows of `sql` (as [`query_rows`] gives them), the time it took to plan and what its
+/// reads waited for (the caller sets the latency).
+async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(Timing, Vec<String>), BoxError> {
     let start = Instant::now();
     let df = ctx.sql(sql).await?;
     let ordered = crate::runner::ordered_plan(df.logical_plan());
     let task = df.task_ctx();
     let plan = df.create_physical_plan().await?;
     let plan_ms = start.elapsed().as_secs_f64() * 1e3;
-    let batches = datafusion::physical_plan::collect(plan, std::sync::Arc::new(task)).await?;
+    let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task)).await?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut timing = Timing {
+        plan_ms,
+        ..Timing::default()
+    };
+    if let Some(query) = query_io(&plan) {
+        let (waits, io) = (query.admission_waits(), query.metrics.snapshot());
+        timing.reads = io.reads;
+        timing.admission_ms = ms(waits.queued_time);
+        timing.wake_ms = ms(waits.wake_time);
+        timing.device_ms = ms(io.read_time);
+    }
     let rows = if ordered {
         crate::runner::ordered_rows(&batches)?
     } else {
         crate::runner::sorted_rows(&batches)?
     };
-    Ok((plan_ms, rows))
+    Ok((timing, rows))
 }
 
 /// Bytes of the files of the tables the queries read.
@@ -356,6 +460,9 @@ pub async fn run(
                 p.device_iops,
                 p.cpu_percent
             );
+            if let Some(tail) = &p.point_tail {
+                eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
+            }
             runs.push(run);
         }
         for (key, rows) in &runs[0].results {
@@ -380,6 +487,9 @@ pub async fn run(
             run.point.point_plan_p50_ms,
             run.point.point_plan_p99_ms
         );
+        if let Some(tail) = &run.point.point_tail {
+            eprintln!("{:<20} point lookups alone: {}", "", tail_line(tail));
+        }
         points.push(run.point);
     }
     Ok(ConcurrencyReport {

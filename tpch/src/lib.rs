@@ -19,3 +19,14 @@ pub mod scale;
 pub mod segments;
 pub mod svg;
 pub mod tables;
+
+/// mimalloc hands freed memory back to the OS after a second; the buffer pool frees and
+/// refills gigabytes of page buffers (a cold run starts from an emptied pool), and faulting
+/// them in again (zeroed, as huge pages) took 10-14 % of a cold 10 % Fig. 4 run. Ten seconds
+/// of idle before memory goes back.
+pub fn delay_memory_purge() {
+    // mimalloc v3's `mi_option_purge_delay` (libmimalloc-sys names no constant for it).
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: mi_option_set only stores a number; any value is valid for this option.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
+}

@@ -11,17 +11,6 @@ use ooode_tpch::iobench::{self, IoBenchOptions};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc hands freed memory back to the OS after a second; the buffer pool frees and
-/// refills gigabytes of page buffers (a cold run starts from an emptied pool), and faulting
-/// them in again (zeroed, as huge pages) took 10-14 % of a cold 10 % Fig. 4 run. Ten seconds
-/// of idle before memory goes back.
-fn delay_memory_purge() {
-    // mimalloc v3's `mi_option_purge_delay` (libmimalloc-sys names no constant for it).
-    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    // SAFETY: mi_option_set only stores a number; any value is valid for this option.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
-}
-
 #[derive(Parser)]
 #[command(name = "ooode-tpch", about = "TPC-H data and benchmarks for ooode")]
 struct Cli {
@@ -260,7 +249,7 @@ enum Command {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    delay_memory_purge();
+    ooode_tpch::delay_memory_purge();
     match Cli::parse().command {
         Command::Run {
             sf,

@@ -134,6 +134,11 @@ impl OoodeScanExec {
         &self.plan_reads.counts
     }
 
+    /// Whether it reads the table's Parquet copy (not the heap's pages, through admission).
+    pub fn is_columnar(&self) -> bool {
+        self.columnar.is_some()
+    }
+
     /// The table.
     pub fn table(&self) -> &Arc<TableIo> {
         &self.table
