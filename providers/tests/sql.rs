@@ -270,18 +270,25 @@ fn scan_reads(plan: &Arc<dyn ExecutionPlan>) -> (u64, u64) {
     (s.reads, s.in_flight)
 }
 
+/// A context with `src` (ids 1..=5000, `bucket` = id % 1000) and `t`, its ooode copy in
+/// `dir`: clustered by id, indexed by bucket, 4 KiB pages.
+async fn bucket_table(dir: &std::path::Path) -> SessionContext {
+    let ctx = ooode_providers::ooode_context(SessionConfig::new());
+    let src = "CREATE TABLE src AS SELECT value AS id, value % 1000 AS bucket \
+               FROM generate_series(1, 5000)";
+    sql(&ctx, src).await.unwrap();
+    let options = "'ooode.clustering_key' 'id', 'ooode.indexes' 'bucket', 'ooode.page_size' '4KiB'";
+    copy_src_to_t(&ctx, dir, options).await;
+    ctx
+}
+
 /// Out of order, a small index scan reads its pages while the rest of the query is planned:
 /// by the time it runs they are in the pool, each read once. In order, nothing is read before
 /// the plan runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_index_scans_read_ahead_while_planning() {
     let dir = tempfile::tempdir().unwrap();
-    let ctx = ooode_providers::ooode_context(SessionConfig::new());
-    let src = "CREATE TABLE src AS SELECT value AS id, value % 1000 AS bucket \
-               FROM generate_series(1, 5000)";
-    sql(&ctx, src).await.unwrap();
-    let options = "'ooode.clustering_key' 'id', 'ooode.indexes' 'bucket', 'ooode.page_size' '4KiB'";
-    copy_src_to_t(&ctx, dir.path(), options).await;
+    let ctx = bucket_table(dir.path()).await;
     sql(&ctx, "SET ooode.index_join = 'always'").await.unwrap();
     // Rows 7, 1007, ..., 4007: five heap pages of a table clustered by id.
     let query = "SELECT id FROM t WHERE bucket = 7 ORDER BY id";
@@ -333,12 +340,7 @@ async fn small_index_scans_read_ahead_while_planning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_index_rule_finds_its_counts_started() {
     let dir = tempfile::tempdir().unwrap();
-    let ctx = ooode_providers::ooode_context(SessionConfig::new());
-    let src = "CREATE TABLE src AS SELECT value AS id, value % 1000 AS bucket \
-               FROM generate_series(1, 5000)";
-    sql(&ctx, src).await.unwrap();
-    let options = "'ooode.clustering_key' 'id', 'ooode.indexes' 'bucket', 'ooode.page_size' '4KiB'";
-    copy_src_to_t(&ctx, dir.path(), options).await;
+    let ctx = bucket_table(dir.path()).await;
     let pool = ooode_providers::ooode_runtime(&ctx).pool().clone();
     // (query, rows the chosen index scan is estimated to find)
     let queries = [

@@ -47,7 +47,7 @@ use futures::{FutureExt, StreamExt};
 use super::budget::QueryIo;
 use super::steps::{StepCtx, count, group_by_page, heap_page, lookup_leaves};
 use super::table_io::TableIo;
-use crate::io::IoMetrics;
+use crate::io::{IoEngine, IoMetrics};
 use crate::storage::btree::KeyRange;
 
 /// At most this many ranges are counted exactly; the rest are extrapolated.
@@ -102,11 +102,7 @@ pub fn count_ranges_now(
 ) -> Result<u64> {
     query.note_own_count();
     let ctx = StepCtx::plan_time(query.clone(), io);
-    // Every engine of the runtime: a read this count joins may be another engine's.
-    let mut engines = query.runtime().engines();
-    if !engines.iter().any(|e| Arc::ptr_eq(e, table.engine())) {
-        engines.push(table.engine().clone());
-    }
+    let engines = engines_of(table, query);
     crate::io::wait::block_on_reads(&engines, count_ranges(table, index, ranges, &ctx))
 }
 
@@ -171,6 +167,18 @@ pub struct PlanCounts {
     /// nothing of the scan is read before the plan runs).
     io: Arc<IoMetrics>,
     query: Option<Arc<QueryIo>>,
+    /// Engines whose completions a blocked waiter takes (see [`count_ranges_now`]).
+    engines: Vec<Arc<dyn IoEngine>>,
+}
+
+/// Every engine of `query`'s runtime, and `table`'s: a read a count joins may be any of
+/// theirs, and a thread blocked on it must take its completion itself.
+fn engines_of(table: &TableIo, query: &QueryIo) -> Vec<Arc<dyn IoEngine>> {
+    let mut engines = query.runtime().engines();
+    if !engines.iter().any(|e| Arc::ptr_eq(e, table.engine())) {
+        engines.push(table.engine().clone());
+    }
+    engines
 }
 
 impl std::fmt::Debug for PlanCounts {
@@ -188,6 +196,7 @@ impl PlanCounts {
     pub fn new(table: &Arc<TableIo>, candidates: Vec<IndexRanges>, query: &Arc<QueryIo>) -> Self {
         let io = IoMetrics::new();
         let ctx = StepCtx::plan_time(query.clone(), io.clone());
+        let engines = engines_of(table, query);
         let (table, counted) = (table.clone(), candidates.clone());
         let counts = async move {
             let counts = futures::future::join_all(
@@ -199,6 +208,7 @@ impl PlanCounts {
             counts.into_iter().map(Result::ok).collect::<Counts>()
         };
         Self {
+            engines,
             candidates,
             counts: Some(counts.boxed().shared()),
             io,
@@ -226,7 +236,7 @@ impl PlanCounts {
             None => {
                 let query = self.query.as_ref()?;
                 query.note_count_wait();
-                crate::io::wait::block_on_reads(&query.runtime().engines(), counts.clone())
+                crate::io::wait::block_on_reads(&self.engines, counts.clone())
             }
         };
         counts.get(at).copied()
