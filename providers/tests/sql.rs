@@ -270,6 +270,17 @@ fn scan_reads(plan: &Arc<dyn ExecutionPlan>) -> (u64, u64) {
     (s.reads, s.in_flight)
 }
 
+/// The physical plan of `query`, planned with ooode's buffer pool emptied first.
+async fn cold_plan(ctx: &SessionContext, query: &str) -> Arc<dyn ExecutionPlan> {
+    ooode_providers::ooode_runtime(ctx).pool().clear();
+    ctx.sql(query)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap()
+}
+
 /// A context with `src` (ids 1..=5000, `bucket` = id % 1000) and `t`, its ooode copy in
 /// `dir`: clustered by id, indexed by bucket, 4 KiB pages.
 async fn bucket_table(dir: &std::path::Path) -> SessionContext {
@@ -294,19 +305,11 @@ async fn small_index_scans_read_ahead_while_planning() {
     let query = "SELECT id FROM t WHERE bucket = 7 ORDER BY id";
     let want =
         "+------+\n| id   |\n+------+\n| 7    |\n| 1007 |\n| 2007 |\n| 3007 |\n| 4007 |\n+------+";
-    let pool = ooode_providers::ooode_runtime(&ctx).pool().clone();
     for mode in ["out_of_order", "in_order"] {
         sql(&ctx, &format!("SET ooode.execution_mode = '{mode}'"))
             .await
             .unwrap();
-        pool.clear();
-        let plan = ctx
-            .sql(query)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = cold_plan(&ctx, query).await;
         let ahead = if mode == "out_of_order" {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
             while !matches!(scan_reads(&plan), (5.., 0)) && std::time::Instant::now() < deadline {
@@ -341,7 +344,6 @@ async fn small_index_scans_read_ahead_while_planning() {
 async fn the_index_rule_finds_its_counts_started() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = bucket_table(dir.path()).await;
-    let pool = ooode_providers::ooode_runtime(&ctx).pool().clone();
     // (query, rows the chosen index scan is estimated to find)
     let queries = [
         ("SELECT id FROM t WHERE bucket = 7", 5),
@@ -369,14 +371,7 @@ async fn the_index_rule_finds_its_counts_started() {
             .await
             .unwrap();
         for (query, rows) in queries {
-            pool.clear();
-            let plan = ctx
-                .sql(query)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap();
+            let plan = cold_plan(&ctx, query).await;
             // The rule counted every candidate, chosen or not; all nodes share its query.
             let query_io = ooode_query(&plan).unwrap_or_else(|| {
                 panic!(

@@ -67,7 +67,10 @@ pub const CLASSES: usize = 24;
 const FAIR_EVERY: u64 = 8;
 
 /// The class of a query not estimated (yet): a few thousand reads.
-const UNKNOWN_CLASS: u8 = 12;
+const UNKNOWN_CLASS: usize = 12;
+
+/// The estimate of a query not estimated yet.
+const NOT_ESTIMATED: u64 = u64::MAX;
 
 /// The class of a query estimated to read `reads` pages.
 fn size_class(reads: u64) -> usize {
@@ -178,9 +181,8 @@ pub struct Share {
     queued: AtomicU64,
     queued_nanos: AtomicU64,
     woken_nanos: AtomicU64,
-    /// Size class (see [`size_class`]): a query's reads go before those of larger ones.
-    class: AtomicU8,
-    /// The estimate the class comes from (0: none yet).
+    /// Estimated page reads of the whole query ([`NOT_ESTIMATED`]: none yet); its size
+    /// class (see [`size_class`]) puts its reads before those of larger queries.
     estimated: AtomicU64,
 }
 
@@ -239,8 +241,7 @@ impl Admission {
             queued: AtomicU64::new(0),
             queued_nanos: AtomicU64::new(0),
             woken_nanos: AtomicU64::new(0),
-            class: AtomicU8::new(UNKNOWN_CLASS),
-            estimated: AtomicU64::new(0),
+            estimated: AtomicU64::new(NOT_ESTIMATED),
         })
     }
 
@@ -273,6 +274,10 @@ impl Admission {
             let start = if fair { q.fair_class + 1 } else { 0 };
             let mut granted = false;
             for k in 0..CLASSES {
+                if self.in_use.load(SeqCst) >= self.cap.load(SeqCst) {
+                    // Taken meanwhile: the turns of the classes after stay as they are.
+                    break;
+                }
                 let class = (start + k) % CLASSES;
                 if !q.turns[class].is_empty() && q.grant_in(class, self) {
                     if fair {
@@ -326,26 +331,24 @@ impl Share {
     /// Notes that the query is estimated to read `reads` pages in all: its reads then go
     /// before those of queries estimated larger.
     pub fn set_estimated_reads(&self, reads: u64) {
-        self.estimated.store(reads, Relaxed);
-        self.class.store(size_class(reads) as u8, Relaxed);
-    }
-
-    /// The page reads the query was estimated to make (0 when not estimated).
-    pub fn estimated_reads(&self) -> u64 {
-        self.estimated.load(Relaxed)
+        self.estimated.store(reads.min(NOT_ESTIMATED - 1), Relaxed);
     }
 
     /// [`Self::set_estimated_reads`] unless the query was estimated already (a first guess,
     /// from a part of its plan).
     pub fn guess_estimated_reads(&self, reads: u64) {
-        let _ =
-            self.class
-                .compare_exchange(UNKNOWN_CLASS, size_class(reads) as u8, Relaxed, Relaxed);
+        let reads = reads.min(NOT_ESTIMATED - 1);
+        let _ = self
+            .estimated
+            .compare_exchange(NOT_ESTIMATED, reads, Relaxed, Relaxed);
     }
 
     /// The query's size class.
     fn class(&self) -> usize {
-        self.class.load(Relaxed) as usize
+        match self.estimated.load(Relaxed) {
+            NOT_ESTIMATED => UNKNOWN_CLASS,
+            reads => size_class(reads),
+        }
     }
 
     /// How long this query's requests waited so far.

@@ -79,11 +79,6 @@ impl QueryIo {
         self.share.set_estimated_reads(reads);
     }
 
-    /// The page reads the query was estimated to make (0 when not estimated).
-    pub fn estimated_reads(&self) -> u64 {
-        self.share.estimated_reads()
-    }
-
     /// A first guess at the query's reads, from a part of its plan, unless the whole plan
     /// was estimated already.
     pub fn guess_estimated_reads(&self, reads: u64) {

@@ -163,9 +163,6 @@ type Counts = Arc<[Option<u64>]>;
 pub struct PlanCounts {
     candidates: Vec<IndexRanges>,
     counts: Option<Shared<BoxFuture<'static, Counts>>>,
-    /// Counters of the counts' reads (not the scan's: they are the plan's, and in order
-    /// nothing of the scan is read before the plan runs).
-    io: Arc<IoMetrics>,
     query: Option<Arc<QueryIo>>,
     /// Engines whose completions a blocked waiter takes (see [`count_ranges_now`]).
     engines: Vec<Arc<dyn IoEngine>>,
@@ -194,8 +191,9 @@ impl PlanCounts {
     /// The counts of `candidates` (index scans of `table`), all at once, through `query`'s
     /// engine, outside admission (see the module doc); nothing is read until they are awaited.
     pub fn new(table: &Arc<TableIo>, candidates: Vec<IndexRanges>, query: &Arc<QueryIo>) -> Self {
-        let io = IoMetrics::new();
-        let ctx = StepCtx::plan_time(query.clone(), io.clone());
+        // Counted apart from the scan's reads: they are the plan's, and in order nothing of
+        // the scan is read before the plan runs.
+        let ctx = StepCtx::plan_time(query.clone(), IoMetrics::new());
         let engines = engines_of(table, query);
         let (table, counted) = (table.clone(), candidates.clone());
         let counts = async move {
@@ -211,7 +209,6 @@ impl PlanCounts {
             engines,
             candidates,
             counts: Some(counts.boxed().shared()),
-            io,
             query: Some(query.clone()),
         }
     }
@@ -240,11 +237,6 @@ impl PlanCounts {
             }
         };
         counts.get(at).copied()
-    }
-
-    /// Counters of the counts' reads.
-    pub fn io(&self) -> &Arc<IoMetrics> {
-        &self.io
     }
 
     /// The counted scan of `table` that reads the fewest pages, with its estimate.
