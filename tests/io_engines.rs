@@ -51,6 +51,16 @@ fn engines(dir: &Path, data: &[u8]) -> Vec<Arc<dyn IoEngine>> {
             })
             .unwrap(),
         ),
+        // Most reads wait in the engine's own queue for the device (and some are cancelled
+        // there).
+        Arc::new(
+            UringEngine::new(UringConfig {
+                max_in_flight: 4096,
+                device_queue_depth: 4,
+                ..Default::default()
+            })
+            .unwrap(),
+        ),
         Arc::new(SyncEngine::new(true)),
         Arc::new(ObjectStoreEngine::new(store, dir, 256)),
     ]

@@ -440,6 +440,7 @@ async fn settings_are_visible_and_take_effect() {
         "ooode.buffer_pool_bytes",
         "ooode.buffer_pool_memory_fraction",
         "ooode.columnar_scan",
+        "ooode.device_queue_depth",
         "ooode.direct_io",
         "ooode.execution_mode",
         "ooode.index_cost_ratio",

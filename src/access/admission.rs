@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 
+use crate::io::priority::{CLASSES, ClassTurns, UNKNOWN_CLASS, size_class, take_below};
+
 /// Levels of priority within a query (higher first); deeper levels share the last one.
 pub const LEVELS: usize = 8;
 
@@ -53,29 +55,12 @@ struct Queues {
     by_query: HashMap<u64, QueryWaiters>,
     /// Queries with waiters, in turn order, by size class (smallest first).
     turns: [VecDeque<u64>; CLASSES],
-    /// Permits handed out by dispatch, for the turns kept fair between classes.
-    grants: u64,
-    /// The class the last fair turn went to.
-    fair_class: usize,
+    /// Which class the next permit goes to.
+    class_turns: ClassTurns,
 }
-
-/// Size classes of queries: log2 of their estimated page reads.
-pub const CLASSES: usize = 24;
-
-/// One grant in this many goes to the classes in turn rather than to the smallest, so that
-/// large queries progress however many small ones arrive.
-const FAIR_EVERY: u64 = 8;
-
-/// The class of a query not estimated (yet): a few thousand reads.
-const UNKNOWN_CLASS: usize = 12;
 
 /// The estimate of a query not estimated yet.
 const NOT_ESTIMATED: u64 = u64::MAX;
-
-/// The class of a query estimated to read `reads` pages.
-fn size_class(reads: u64) -> usize {
-    ((u64::BITS - reads.leading_zeros()) as usize).min(CLASSES - 1)
-}
 
 impl Queues {
     /// Queues query `id` of `class` for its turns, unless it is queued already.
@@ -266,45 +251,25 @@ impl Admission {
     }
 
     /// Hands free permits to waiting requests: to the queries of the smallest size class
-    /// first, round robin within a class, and one in [`FAIR_EVERY`] to the classes in turn.
+    /// first, round robin within a class, and one in [`crate::io::priority::FAIR_EVERY`] to the classes in turn.
     fn dispatch(&self) {
         let mut q = self.queues.lock();
         while self.in_use.load(SeqCst) < self.cap.load(SeqCst) {
-            let fair = q.grants % FAIR_EVERY == FAIR_EVERY - 1;
-            let start = if fair { q.fair_class + 1 } else { 0 };
-            let mut granted = false;
-            for k in 0..CLASSES {
+            let mut granted = None;
+            for class in q.class_turns.order() {
                 if self.in_use.load(SeqCst) >= self.cap.load(SeqCst) {
                     // Taken meanwhile: the turns of the classes after stay as they are.
                     break;
                 }
-                let class = (start + k) % CLASSES;
                 if !q.turns[class].is_empty() && q.grant_in(class, self) {
-                    if fair {
-                        q.fair_class = class;
-                    }
-                    granted = true;
+                    granted = Some(class);
                     break;
                 }
             }
-            if !granted {
-                break;
+            match granted {
+                Some(class) => q.class_turns.granted(class),
+                None => break,
             }
-            q.grants += 1;
-        }
-    }
-}
-
-/// Adds one to `count` if it stays at most `limit` (never overshooting, even for a moment).
-fn take_below(count: &AtomicUsize, limit: usize) -> bool {
-    let mut n = count.load(SeqCst);
-    loop {
-        if n >= limit {
-            return false;
-        }
-        match count.compare_exchange_weak(n, n + 1, SeqCst, SeqCst) {
-            Ok(_) => return true,
-            Err(now) => n = now,
         }
     }
 }
@@ -343,8 +308,8 @@ impl Share {
             .compare_exchange(NOT_ESTIMATED, reads, Relaxed, Relaxed);
     }
 
-    /// The query's size class.
-    fn class(&self) -> usize {
+    /// The query's size class (see [`crate::io::priority`]).
+    pub fn class(&self) -> usize {
         match self.estimated.load(Relaxed) {
             NOT_ESTIMATED => UNKNOWN_CLASS,
             reads => size_class(reads),
@@ -482,6 +447,7 @@ impl Drop for Acquire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::priority::FAIR_EVERY;
     use futures::FutureExt;
 
     fn poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {

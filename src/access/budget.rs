@@ -68,6 +68,11 @@ impl QueryIo {
         self.share.in_use()
     }
 
+    /// The query's share of admission.
+    pub fn share(&self) -> &Arc<Share> {
+        &self.share
+    }
+
     /// A permit for one read at `level` (higher: closer to the output, served first).
     pub fn permit(&self, level: usize) -> Acquire {
         self.share.acquire(level)

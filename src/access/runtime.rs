@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
 use datafusion::execution::memory_pool::{
@@ -44,6 +45,8 @@ pub struct OoodeRuntime {
     pool: Arc<BufferPool>,
     recycler: Arc<Recycler>,
     admission: Arc<Admission>,
+    /// `ooode.device_queue_depth`, applied to the local engines.
+    device_queue_depth: AtomicUsize,
     memory: Arc<dyn MemoryPool>,
     engines: Mutex<HashMap<(ExecutionMode, bool), Arc<dyn IoEngine>>>,
     tables: Mutex<HashMap<(PathBuf, ExecutionMode, bool), Arc<TableIo>>>,
@@ -136,6 +139,7 @@ impl OoodeRuntime {
             pool,
             recycler: Recycler::new(budget),
             admission: Admission::new(defaults.max_outstanding_io_total),
+            device_queue_depth: AtomicUsize::new(defaults.device_queue_depth),
             memory,
             engines: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
@@ -163,6 +167,12 @@ impl OoodeRuntime {
     /// Applies the runtime-wide settings of `config` (pool budget, cap on reads in flight).
     pub fn configure(&self, config: &OoodeConfig) {
         self.admission.set_cap(config.max_outstanding_io_total);
+        let depth = config.device_queue_depth;
+        if self.device_queue_depth.swap(depth, Relaxed) != depth {
+            for engine in self.engines.lock().values() {
+                engine.set_device_queue_depth(depth);
+            }
+        }
         self.configure_disk_cache(config);
         let key = (
             config.buffer_pool_bytes,
@@ -230,7 +240,10 @@ impl OoodeRuntime {
                     Arc::new(SyncEngine::with_recycler(direct, self.recycler.clone()))
                 }
                 ExecutionMode::OutOfOrder => {
-                    default_engine(ENGINE_MAX_IN_FLIGHT, direct, self.recycler.clone())
+                    let engine =
+                        default_engine(ENGINE_MAX_IN_FLIGHT, direct, self.recycler.clone());
+                    engine.set_device_queue_depth(self.device_queue_depth.load(Relaxed));
+                    engine
                 }
             })
             .clone()

@@ -50,7 +50,7 @@ impl StepCtx {
     /// Steps of a node counting in `node`, reading under `query` at `level`.
     pub fn new(query: Arc<QueryIo>, node: Arc<IoMetrics>, level: usize) -> Self {
         Self {
-            counters: Counters::new(node, query.metrics.clone()),
+            counters: Counters::new(node, query.metrics.clone()).in_class_of(query.share().clone()),
             query,
             level,
             admitted: true,
@@ -60,6 +60,8 @@ impl StepCtx {
     /// Steps of the optimizer's counts: outside admission (see [`super::plan_time`]).
     pub fn plan_time(query: Arc<QueryIo>, node: Arc<IoMetrics>) -> Self {
         Self {
+            // Planning waits for them: first at the device too.
+            counters: Counters::new(node.clone(), query.metrics.clone()),
             admitted: false,
             ..Self::new(query, node, 0)
         }

@@ -27,14 +27,19 @@ use crate::storage::page::{PageKind, verify_page};
 use crate::storage::segment::{SegmentReader, Striping};
 use crate::storage::{Result, StorageError, Table};
 
+use super::admission::Share;
+
 /// The I/O counters a read is counted in: a plan node's and its query's (either may be
-/// absent, for tools and tests).
+/// absent, for tools and tests); and the query's share of admission, whose size class orders
+/// the read in the device's queue (absent: first class, as for the optimizer's counts).
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
     /// The plan node's counters.
     pub node: Option<Arc<IoMetrics>>,
     /// The query's counters.
     pub query: Option<Arc<IoMetrics>>,
+    /// The query's share of admission.
+    pub share: Option<Arc<Share>>,
 }
 
 impl Counters {
@@ -43,7 +48,21 @@ impl Counters {
         Self {
             node: Some(node),
             query: Some(query),
+            share: None,
         }
+    }
+
+    /// The same, ordering reads at the device by `share`'s size class.
+    pub fn in_class_of(self, share: Arc<Share>) -> Self {
+        Self {
+            share: Some(share),
+            ..self
+        }
+    }
+
+    /// The size class reads are queued in at the device.
+    fn class(&self) -> usize {
+        self.share.as_ref().map_or(0, |s| s.class())
     }
 
     /// Counting in `metrics` only.
@@ -51,6 +70,7 @@ impl Counters {
         Self {
             node: Some(metrics),
             query: None,
+            share: None,
         }
     }
 
@@ -667,7 +687,7 @@ impl TableIo {
         let load = move || {
             let guards = counting.start();
             engine
-                .read(file, offset, len)
+                .read_in_class(file, offset, len, counting.class())
                 .map(move |r| {
                     let r = r.map_err(|e| page_error(e, page_no)).and_then(|page| {
                         verify_page(&page, page_no, &[kind], &path)?;

@@ -15,6 +15,8 @@ pub struct IoMetrics {
     max_in_flight: AtomicU64,
     depth_sum: AtomicU64,
     read_nanos: AtomicU64,
+    queued: AtomicU64,
+    queued_nanos: AtomicU64,
 }
 
 /// A snapshot of [`IoMetrics`].
@@ -34,8 +36,12 @@ pub struct IoSnapshot {
     pub max_in_flight: u64,
     /// Mean reads in flight, seen by each read as it was issued (itself included).
     pub mean_in_flight: f64,
-    /// Total time reads were outstanding, summed over reads.
+    /// Total time reads were outstanding, summed over reads (queue time included).
     pub read_time: Duration,
+    /// Reads that waited in the engine's queue for the device.
+    pub queued: u64,
+    /// Their time in that queue, summed.
+    pub queue_time: Duration,
 }
 
 impl IoMetrics {
@@ -61,6 +67,13 @@ impl IoMetrics {
         self.in_flight.load(Relaxed)
     }
 
+    /// Counts a read that waited `waited` in the engine's queue before it went to the device.
+    pub fn note_queued(&self, waited: Duration) {
+        self.queued.fetch_add(1, Relaxed);
+        self.queued_nanos
+            .fetch_add(waited.as_nanos() as u64, Relaxed);
+    }
+
     /// Counts a buffer pool hit.
     pub fn hit(&self) {
         self.hits.fetch_add(1, Relaxed);
@@ -82,6 +95,8 @@ impl IoMetrics {
                 self.depth_sum.load(Relaxed) as f64 / reads as f64
             },
             read_time: Duration::from_nanos(self.read_nanos.load(Relaxed)),
+            queued: self.queued.load(Relaxed),
+            queue_time: Duration::from_nanos(self.queued_nanos.load(Relaxed)),
         }
     }
 

@@ -5,7 +5,8 @@
 //!   BufferPool (byte budget, 64 shards, CLOCK with a hint for B+tree inner nodes,
 //!      │        single-flight reads that end cleanly when every waiter gives up)
 //!      │ misses
-//!   dyn IoEngine: UringEngine (io_uring, O_DIRECT, one ring per core; default on Linux)
+//!   dyn IoEngine: UringEngine (io_uring, O_DIRECT, one ring per core, an optional queue
+//!                              in front of the device by query size; default on Linux)
 //!                 SyncEngine  (pread on the calling thread: the in-order baseline, fallback)
 //!                 ObjectStoreEngine (ranged GETs)
 //!                 FaultyEngine (wraps any engine; injects errors, short reads, delays)
@@ -25,6 +26,7 @@ pub mod files;
 pub mod metrics;
 pub mod object_store_engine;
 pub mod pool;
+pub mod priority;
 pub mod sync_engine;
 pub mod uring;
 pub mod wait;
@@ -72,6 +74,19 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
 
     /// Reads `len` bytes at `offset` (both multiples of 4 KiB for O_DIRECT).
     fn read(&self, file: FileId, offset: u64, len: usize) -> ReadFuture;
+
+    /// Reads `len` bytes at `offset` for a query of size `class` (see [`priority`]): an
+    /// engine with a queue of its own in front of the device serves smaller classes first.
+    fn read_in_class(&self, file: FileId, offset: u64, len: usize, class: usize) -> ReadFuture {
+        let _ = class;
+        self.read(file, offset, len)
+    }
+
+    /// Sets how many reads the engine keeps at the device at once, 0 for no limit of its own
+    /// (engines without a queue of their own ignore it).
+    fn set_device_queue_depth(&self, depth: usize) {
+        let _ = depth;
+    }
 
     /// Reads a run of many pages at once (`len` bytes at `offset`), for loading a table's
     /// pinned index nodes: a page cache between the engine and the store leaves it alone.

@@ -59,6 +59,10 @@ pub struct ConcurrencyPoint {
     pub device_iops: f64,
     /// Page reads per second ooode issued (None for Parquet).
     pub engine_iops: Option<f64>,
+    /// Of ooode's reads, the share that waited in the engine's queue for the device
+    /// (`ooode.device_queue_depth` were there), and their mean wait, milliseconds.
+    pub device_queued_share: Option<f64>,
+    pub device_queue_ms: Option<f64>,
     /// Process CPU, percent of one core.
     pub cpu_percent: f64,
     /// Where the slowest point lookups' time went (ooode only).
@@ -84,6 +88,8 @@ pub struct PointTail {
     pub wake_ms: f64,
     /// Reads outstanding at the device, summed.
     pub device_ms: f64,
+    /// Size class (log2 of the estimated page reads) admission queued them in.
+    pub class: f64,
 }
 
 /// One finished query: latency, planning, and (ooode) what its reads waited for.
@@ -95,6 +101,7 @@ struct Timing {
     admission_ms: f64,
     wake_ms: f64,
     device_ms: f64,
+    class: usize,
 }
 
 impl PointTail {
@@ -116,6 +123,7 @@ impl PointTail {
             admission_ms: mean(|t| t.admission_ms),
             wake_ms: mean(|t| t.wake_ms),
             device_ms: mean(|t| t.device_ms),
+            class: mean(|t| t.class as f64),
         })
     }
 }
@@ -272,13 +280,16 @@ async fn run_point(
     }
     drop_os_cache();
     let heap = data.ooode_table("lineitem");
+    // Reads, reads queued for the device, their time queued (nanoseconds).
     let ooode_reads = || {
         (engine == Engine::Ooode).then(|| {
             ooode_providers::ooode_runtime(&contexts[0])
                 .engines()
                 .iter()
-                .map(|e| e.metrics().snapshot().reads)
-                .sum::<u64>()
+                .map(|e| e.metrics().snapshot())
+                .fold((0u64, 0u64, 0u128), |(r, q, t), s| {
+                    (r + s.reads, q + s.queued, t + s.queue_time.as_nanos())
+                })
         })
     };
     let (dev0, cpu0, reads0) = (device_reads(&heap), process_cpu_time(), ooode_reads());
@@ -304,10 +315,14 @@ async fn run_point(
     let mut point_latencies = Vec::new();
     let mut point_plans = Vec::new();
     let mut point_timings = Vec::new();
+    let mut other_classes = Vec::new();
     let mut results = HashMap::new();
     for t in tasks {
         let (client, done) = t.await??;
         for (k, point, timing, rows) in done {
+            if !point {
+                other_classes.push(timing.class);
+            }
             latencies.push(timing.total_ms);
             if point {
                 point_latencies.push(timing.total_ms);
@@ -317,16 +332,34 @@ async fn run_point(
             results.insert((client, k), rows);
         }
     }
+    if engine == Engine::Ooode && !other_classes.is_empty() {
+        other_classes.sort();
+        let mean = |c: &[usize]| c.iter().sum::<usize>() as f64 / c.len().max(1) as f64;
+        let points: Vec<usize> = point_timings.iter().map(|t| t.class).collect();
+        eprintln!(
+            "size classes: points {:.1} (max {:?}), others {:.1} (median {}, min {})",
+            mean(&points),
+            points.iter().max(),
+            mean(&other_classes),
+            other_classes[other_classes.len() / 2],
+            other_classes[0]
+        );
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
     let device = match (dev0, device_reads(&heap)) {
         (Some(a), Some(b)) => b.saturating_sub(a) as f64 / elapsed,
         _ => 0.0,
     };
-    let engine_iops = match (reads0, ooode_reads()) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / elapsed),
+    let engine_reads = match (reads0, ooode_reads()) {
+        (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2)),
         _ => None,
     };
+    let engine_iops = engine_reads.map(|(reads, _, _)| reads as f64 / elapsed);
+    let device_queued_share =
+        engine_reads.map(|(reads, queued, _)| queued as f64 / reads.max(1) as f64);
+    let device_queue_ms =
+        engine_reads.map(|(_, queued, nanos)| nanos as f64 / 1e6 / queued.max(1) as f64);
     latencies.sort_by(f64::total_cmp);
     point_latencies.sort_by(f64::total_cmp);
     point_plans.sort_by(f64::total_cmp);
@@ -349,6 +382,8 @@ async fn run_point(
             point_plan_p99_ms: percentile(&point_plans, 0.99),
             device_iops: device,
             engine_iops,
+            device_queued_share,
+            device_queue_ms,
             cpu_percent: cpu / elapsed * 100.0,
             point_tail: match engine {
                 Engine::Ooode => PointTail::of(&point_timings),
@@ -363,8 +398,8 @@ async fn run_point(
 fn tail_line(t: &PointTail) -> String {
     format!(
         "slowest 5 % of points ({}): {:.1} ms = planning {:.1} + execution; summed over their \
-         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, device {:.1} ms",
-        t.queries, t.total_ms, t.plan_ms, t.reads, t.admission_ms, t.wake_ms, t.device_ms
+         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, device {:.1} ms; size class {:.1}",
+        t.queries, t.total_ms, t.plan_ms, t.reads, t.admission_ms, t.wake_ms, t.device_ms, t.class
     )
 }
 
@@ -403,6 +438,7 @@ async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(Timing, Vec<St
         timing.admission_ms = ms(waits.queued_time);
         timing.wake_ms = ms(waits.wake_time);
         timing.device_ms = ms(io.read_time);
+        timing.class = query.share().class();
     }
     let rows = if ordered {
         crate::runner::ordered_rows(&batches)?
@@ -429,16 +465,14 @@ pub async fn run(
     data: &DataSet,
     clients: &[usize],
     secs: f64,
-    io_total: Option<usize>,
+    extra_settings: &[String],
 ) -> Result<ConcurrencyReport, BoxError> {
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let data_bytes = table_bytes(data);
     // A pool far smaller than the data: the queries keep reading from the device.
     let pool_bytes = ((data_bytes / 16) as usize).max(16 << 20);
     let mut settings = vec![format!("SET ooode.buffer_pool_bytes = {pool_bytes}")];
-    if let Some(n) = io_total {
-        settings.push(format!("SET ooode.max_outstanding_io_total = {n}"));
-    }
+    settings.extend_from_slice(extra_settings);
     let mut points = Vec::new();
     let (mut compared, mut mismatches) = (0, Vec::new());
     for &c in clients {
@@ -462,6 +496,13 @@ pub async fn run(
             );
             if let Some(tail) = &p.point_tail {
                 eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
+            }
+            if let (Some(share), Some(ms)) = (p.device_queued_share, p.device_queue_ms) {
+                eprintln!(
+                    "{:<20} {c:>3} clients: {:.0} % of reads waited for the device, {ms:.2} ms each",
+                    "",
+                    share * 100.0
+                );
             }
             runs.push(run);
         }

@@ -109,6 +109,9 @@ enum Command {
         /// ooode.max_outstanding_io_total for ooode's runtime (default: the setting's own).
         #[arg(long)]
         io_total: Option<usize>,
+        /// ooode.device_queue_depth for ooode's runtime (default: the setting's own).
+        #[arg(long)]
+        device_depth: Option<usize>,
         /// Also write the measurements as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -347,6 +350,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             clients,
             seconds,
             io_total,
+            device_depth,
             json,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
@@ -356,8 +360,15 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 .build()?;
             let heap = data.ooode_table("lineitem").join("heap.0.pages");
             let fio = ooode_tpch::report::machine_facts(&heap, 8192);
+            let mut settings = Vec::new();
+            if let Some(n) = io_total {
+                settings.push(format!("SET ooode.max_outstanding_io_total = {n}"));
+            }
+            if let Some(n) = device_depth {
+                settings.push(format!("SET ooode.device_queue_depth = {n}"));
+            }
             let report = runtime.block_on(ooode_tpch::concurrency::run(
-                &data, &clients, seconds, io_total,
+                &data, &clients, seconds, &settings,
             ))?;
             println!(
                 "Clients at once, TPC-H SF {sf}, {seconds} s each, cold start:\n{}",

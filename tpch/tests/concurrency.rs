@@ -147,6 +147,8 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
             "SET ooode.buffer_pool_bytes = '2MiB'".to_string(),
             "SET ooode.max_outstanding_io = 64".to_string(),
             "SET ooode.max_outstanding_io_total = 512".to_string(),
+            // Most reads wait in the engine's queue for the device, ordered by query size.
+            "SET ooode.device_queue_depth = 16".to_string(),
         ];
         plans.push((settings, queries));
     }

@@ -24,6 +24,7 @@ use std::task::{Context, Poll, Waker};
 use io_uring::{IoUring, opcode, squeue, types};
 use parking_lot::Mutex;
 
+use super::queue::DeviceQueue;
 use super::request::ReadOp;
 use crate::io::batch::Submit;
 use crate::io::buf::{PageBuf, Recycler};
@@ -57,6 +58,8 @@ pub struct Ring {
     cq: Mutex<()>,
     /// Signalled by the kernel on every completion, when registered ([`Ring::register_eventfd`]).
     eventfd: Option<std::os::fd::OwnedFd>,
+    /// The engine's queue for the device (shared by its rings): told of every completion.
+    device: Arc<DeviceQueue>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -86,6 +89,7 @@ impl Ring {
         use_fixed: Arc<AtomicBool>,
         files: Arc<FileTable>,
         recycler: Arc<Recycler>,
+        device: Arc<DeviceQueue>,
     ) -> std::io::Result<Self> {
         let cq = (capacity as u32).next_power_of_two().clamp(entries, 65536) * 2;
         let mut builder = IoUring::builder();
@@ -111,6 +115,7 @@ impl Ring {
             recycler,
             cq: Mutex::new(()),
             eventfd: None,
+            device,
         })
     }
 
@@ -187,12 +192,9 @@ impl Ring {
             return 0;
         }
         let n = done.len();
-        self.in_flight.fetch_sub(n, SeqCst);
-        if self.has_slot_waiters.load(SeqCst) {
-            let waiters = std::mem::take(&mut *self.slot_waiters.lock());
-            self.has_slot_waiters.store(false, SeqCst);
-            waiters.into_iter().for_each(Waker::wake);
-        }
+        // Queued reads go to the device before the finished ones' readers run.
+        self.device.left(n);
+        self.free_slots(n);
         for (op, result) in done {
             complete(*op, result, self);
         }
@@ -234,6 +236,29 @@ impl Ring {
                 continue;
             }
             return Poll::Pending;
+        }
+    }
+
+    /// Gives back `n` slots and wakes the readers waiting for one.
+    fn free_slots(&self, n: usize) {
+        self.in_flight.fetch_sub(n, SeqCst);
+        if self.has_slot_waiters.load(SeqCst) {
+            let waiters = std::mem::take(&mut *self.slot_waiters.lock());
+            self.has_slot_waiters.store(false, SeqCst);
+            waiters.into_iter().for_each(Waker::wake);
+        }
+    }
+
+    /// Drops `op` (holding a slot) without reading: its reader gave up before it was sent.
+    pub fn discard(&self, op: ReadOp) {
+        self.recycler.put(op.buf);
+        self.free_slots(1);
+    }
+
+    /// Hands what was pushed to the kernel now (no reaping: the caller may be reaping).
+    pub fn submit_now(&self) {
+        if self.unsubmitted.swap(false, SeqCst) {
+            self.enter_submit();
         }
     }
 
