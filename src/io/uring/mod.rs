@@ -75,7 +75,8 @@ pub struct UringConfig {
     /// in (when there is one with an I/O driver), not by a thread per ring.
     pub reap_on_reactor: bool,
     /// Most reads at the device at once, over all rings; the others wait in the engine's
-    /// queue, smaller size classes first ([`queue`]). 0: `max_in_flight` per ring (no queue).
+    /// queue, smaller size classes first ([`queue`]). 0: no limit of its own (nothing queued,
+    /// nothing counted).
     pub device_queue_depth: usize,
 }
 
@@ -140,13 +141,7 @@ impl UringEngine {
             .unwrap_or_else(|| Recycler::new(crate::io::pool::default_budget()));
         let use_fixed = Arc::new(AtomicBool::new(true));
         let metrics = IoMetrics::new();
-        let device = DeviceQueue::new(
-            match config.device_queue_depth {
-                0 => max_in_flight * rings,
-                n => n,
-            },
-            metrics.clone(),
-        );
+        let device = DeviceQueue::new(config.device_queue_depth, metrics.clone());
         let mut built = Vec::with_capacity(rings);
         for _ in 0..rings {
             let mut ring = Ring::new(
@@ -290,10 +285,7 @@ impl IoEngine for UringEngine {
     }
 
     fn set_device_queue_depth(&self, depth: usize) {
-        self.device.set_depth(match depth {
-            0 => self.config.max_in_flight * self.rings.len(),
-            n => n,
-        });
+        self.device.set_depth(depth);
     }
 
     fn reap_now(&self) -> bool {
@@ -347,14 +339,16 @@ impl Future for UringRead {
                         return Poll::Pending;
                     }
                     let (reply, rx) = oneshot::channel();
+                    let counted = device.limited();
                     let op = Box::new(ReadOp {
                         file: *file,
                         offset: *offset,
                         buf: recycler.get(*len),
                         reply,
                         guard: metrics.start_read(),
+                        counted,
                     });
-                    if device.try_enter() {
+                    if !counted || device.try_enter() {
                         ring.push(*target, op);
                         let submit: Arc<dyn Submit> = ring.clone();
                         if !batch::defer(&submit) {

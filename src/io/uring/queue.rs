@@ -71,10 +71,11 @@ impl Queued {
 }
 
 impl DeviceQueue {
-    /// A queue letting `depth` reads at the device, counting waits in `metrics`.
+    /// A queue letting `depth` reads at the device (0: any number, and no counting),
+    /// counting waits in `metrics`.
     pub fn new(depth: usize, metrics: Arc<IoMetrics>) -> Arc<Self> {
         Arc::new(Self {
-            depth: AtomicUsize::new(depth.max(1)),
+            depth: AtomicUsize::new(depth),
             at_device: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             pending: Mutex::new(Pending::default()),
@@ -82,15 +83,29 @@ impl DeviceQueue {
         })
     }
 
-    /// Reads allowed at the device at once.
+    /// Reads allowed at the device at once (0: no limit).
     pub fn depth(&self) -> usize {
         self.depth.load(SeqCst)
     }
 
-    /// Changes the depth (a lower one lets the reads there finish; a higher one sends
-    /// waiting reads now).
+    /// Whether reads are limited (and counted): off, a read costs no shared counter.
+    pub fn limited(&self) -> bool {
+        self.depth() != 0
+    }
+
+    /// The limit in force, where there is one.
+    fn room(&self) -> usize {
+        match self.depth() {
+            0 => usize::MAX,
+            n => n,
+        }
+    }
+
+    /// Changes the depth (a lower one lets the reads there finish; a higher one, or 0, sends
+    /// waiting reads now). Reads sent while there was no limit are not counted against a new
+    /// one: for as long as they take, the device may hold that many more.
     pub fn set_depth(&self, depth: usize) {
-        self.depth.store(depth.max(1), SeqCst);
+        self.depth.store(depth, SeqCst);
         self.dispatch();
     }
 
@@ -102,7 +117,7 @@ impl DeviceQueue {
     /// Takes a place at the device for one read, if there is one and no read waits for one
     /// (a read never overtakes those queued before it, except by class).
     pub fn try_enter(&self) -> bool {
-        self.waiting.load(SeqCst) == 0 && take_below(&self.at_device, self.depth())
+        self.waiting.load(SeqCst) == 0 && take_below(&self.at_device, self.room())
     }
 
     /// Queues `read` in `class` until there is room at the device.
@@ -116,7 +131,7 @@ impl DeviceQueue {
         self.dispatch();
     }
 
-    /// Notes that `n` reads left the device, and sends waiting ones in their place.
+    /// Notes that `n` counted reads left the device, and sends waiting ones in their place.
     pub fn left(&self, n: usize) {
         self.at_device.fetch_sub(n, SeqCst);
         if self.waiting.load(SeqCst) > 0 {
@@ -130,7 +145,7 @@ impl DeviceQueue {
         let mut rings: Vec<Arc<Ring>> = Vec::new();
         {
             let mut pending = self.pending.lock();
-            while self.waiting.load(SeqCst) > 0 && take_below(&self.at_device, self.depth()) {
+            while self.waiting.load(SeqCst) > 0 && take_below(&self.at_device, self.room()) {
                 let Some(class) = pending
                     .turns
                     .order()

@@ -24,4 +24,6 @@ pub struct ReadOp {
     pub reply: oneshot::Sender<Result<PageBuf>>,
     /// Counts the read as in flight in the engine's counters until the completion.
     pub guard: ReadGuard,
+    /// Whether the read holds a place in the engine's device queue ([`super::queue`]).
+    pub counted: bool,
 }

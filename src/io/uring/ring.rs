@@ -192,8 +192,11 @@ impl Ring {
             return 0;
         }
         let n = done.len();
-        // Queued reads go to the device before the finished ones' readers run.
-        self.device.left(n);
+        let counted = done.iter().filter(|(op, _)| op.counted).count();
+        if counted > 0 {
+            // Queued reads go to the device before the finished ones' readers run.
+            self.device.left(counted);
+        }
         self.free_slots(n);
         for (op, result) in done {
             complete(*op, result, self);
@@ -352,6 +355,7 @@ fn complete(op: ReadOp, result: i32, ring: &Ring) {
         buf,
         reply,
         guard,
+        counted: _,
     } = op;
     let len = buf.len();
     let ok = result >= 0 && result as usize >= len;
