@@ -198,7 +198,7 @@ impl Default for OoodeConfig {
             max_outstanding_io: 256,
             max_outstanding_io_total: 256,
             // Off: on this project's VM a queue of 64 cut the median latency at 16 clients
-            // by a quarter and cost 8-12 % of the queries per second at 64 (README).
+            // by a quarter and cost 6-13 % of the queries per second at 64 (README).
             device_queue_depth: 0,
             // 0.5 lets the Fig. 4 chain at 0.1 % of customers run on indexes, where it beat
             // the Parquet scans 1.5x cold and 3.5x hot at SF 1 on one SSD and 2 cores.

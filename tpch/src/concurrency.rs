@@ -59,8 +59,8 @@ pub struct ConcurrencyPoint {
     pub device_iops: f64,
     /// Page reads per second ooode issued (None for Parquet).
     pub engine_iops: Option<f64>,
-    /// Of ooode's reads, the share that waited in the engine's queue for the device
-    /// (`ooode.device_queue_depth` were there), and their mean wait, milliseconds.
+    /// Of ooode's reads, the share that waited in the engine's queue for the device (when
+    /// `ooode.device_queue_depth` reads were there), and their mean wait, milliseconds.
     pub device_queued_share: Option<f64>,
     pub device_queue_ms: Option<f64>,
     /// Process CPU, percent of one core.
@@ -337,9 +337,9 @@ async fn run_point(
         let mean = |c: &[usize]| c.iter().sum::<usize>() as f64 / c.len().max(1) as f64;
         let points: Vec<usize> = point_timings.iter().map(|t| t.class).collect();
         eprintln!(
-            "size classes: points {:.1} (max {:?}), others {:.1} (median {}, min {})",
+            "size classes: points {:.1} (max {}), others {:.1} (median {}, min {})",
             mean(&points),
-            points.iter().max(),
+            points.iter().max().unwrap_or(&0),
             mean(&other_classes),
             other_classes[other_classes.len() / 2],
             other_classes[0]
@@ -497,7 +497,9 @@ pub async fn run(
             if let Some(tail) = &p.point_tail {
                 eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
             }
-            if let (Some(share), Some(ms)) = (p.device_queued_share, p.device_queue_ms) {
+            if let (Some(share), Some(ms)) = (p.device_queued_share, p.device_queue_ms)
+                && share > 0.0
+            {
                 eprintln!(
                     "{:<20} {c:>3} clients: {:.0} % of reads waited for the device, {ms:.2} ms each",
                     "",

@@ -15,8 +15,8 @@
 //! Kept here, the queue can be ordered, so a point lookup's dependent reads pass the large
 //! queries' backlog at every level of its plan. Off by default (`ooode.device_queue_depth`
 //! 0): measured at SF 1 on 2 cores, a depth of 64 cut the median latency at 16 clients by a
-//! quarter and the points' p99 by a quarter, but cost 8-12 % of the queries per second at
-//! 64 clients, where the points' tail is their tasks waiting for a core, not the device.
+//! quarter and the points' p99 by a quarter, but cost 6-13 % of the queries per second at 64
+//! clients, where the points' tail is their tasks waiting for a core, not the device.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
