@@ -445,8 +445,10 @@ async fn settings_are_visible_and_take_effect() {
         "ooode.execution_mode",
         "ooode.index_cost_ratio",
         "ooode.index_join",
+        "ooode.max_long_queries",
         "ooode.max_outstanding_io",
         "ooode.max_outstanding_io_total",
+        "ooode.short_query_reads",
     ] {
         assert!(listed.contains(name), "{name} missing from\n{listed}");
     }

@@ -308,6 +308,11 @@ impl Share {
             .compare_exchange(NOT_ESTIMATED, reads, Relaxed, Relaxed);
     }
 
+    /// The query's estimated page reads, if it was estimated.
+    pub fn estimated_reads(&self) -> Option<u64> {
+        Some(self.estimated.load(Relaxed)).filter(|&r| r != NOT_ESTIMATED)
+    }
+
     /// The query's size class (see [`crate::io::priority`]).
     pub fn class(&self) -> usize {
         match self.estimated.load(Relaxed) {

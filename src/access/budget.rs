@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::admission::{Acquire, AdmissionWaits, Permit, Share};
 use super::runtime::OoodeRuntime;
+use super::slots::{LongQuerySlots, QuerySlot, RunningTask};
 use super::table_io::Counters;
 use crate::config::{ExecutionMode, OoodeConfig};
 use crate::io::IoMetrics;
@@ -27,6 +28,16 @@ pub struct QueryIo {
     runtime: Arc<OoodeRuntime>,
     /// Reads issued while a read of another plan node of the query was in flight.
     overlapped: AtomicU64,
+    /// When the query was made, and nanoseconds after it that its last operator task ended
+    /// (0: none yet).
+    created: std::time::Instant,
+    work_done: AtomicU64,
+    /// `ooode.short_query_reads` of the session that planned it.
+    short_query_reads: u64,
+    /// Turns of long queries when the query was planned (`ooode.max_long_queries`), and
+    /// its slot among them.
+    long_slots: Option<Arc<LongQuerySlots>>,
+    slot: Arc<QuerySlot>,
     /// Range counts the optimizer rule made itself, blocking its thread.
     own_counts: AtomicU64,
     /// Range counts started in `scan` that the optimizer rule waited for, blocking its thread.
@@ -48,6 +59,11 @@ impl QueryIo {
             share: runtime.admission().share(limit),
             runtime: runtime.clone(),
             overlapped: AtomicU64::new(0),
+            short_query_reads: config.short_query_reads,
+            long_slots: runtime.long_slots(),
+            slot: Arc::default(),
+            created: std::time::Instant::now(),
+            work_done: AtomicU64::new(0),
             own_counts: AtomicU64::new(0),
             count_waits: AtomicU64::new(0),
         })
@@ -56,6 +72,39 @@ impl QueryIo {
     /// The runtime the query reads through.
     pub fn runtime(&self) -> &Arc<OoodeRuntime> {
         &self.runtime
+    }
+
+    /// Whether the query takes turns with other long queries: `ooode.max_long_queries` is
+    /// set and the query was estimated (its whole plan shares this budget, so its tasks
+    /// share one slot) to read more than `ooode.short_query_reads` pages.
+    pub fn is_long(&self) -> bool {
+        self.long_slots.is_some()
+            && self
+                .share
+                .estimated_reads()
+                .is_some_and(|reads| reads > self.short_query_reads)
+    }
+
+    /// Waits for the query's turn among long queries (at once for others); an operator task
+    /// holds the guard while it runs (see [`super::slots`]).
+    pub async fn running(&self) -> Option<RunningTask> {
+        let slots = self.long_slots.as_ref().filter(|_| self.is_long())?;
+        Some(self.slot.enter(slots).await)
+    }
+
+    /// Notes that one of the query's operator tasks ended (its output sent).
+    pub fn note_work_done(&self) {
+        let nanos = self.created.elapsed().as_nanos().max(1) as u64;
+        self.work_done.fetch_max(nanos, Relaxed);
+    }
+
+    /// When the query's last operator task ended so far, if one did: what the consumer took
+    /// after that is its own time (or waiting to be scheduled).
+    pub fn work_done_at(&self) -> Option<std::time::Instant> {
+        match self.work_done.load(Relaxed) {
+            0 => None,
+            nanos => Some(self.created + std::time::Duration::from_nanos(nanos)),
+        }
     }
 
     /// Reads the query may have in flight.

@@ -18,6 +18,7 @@ pub mod merge;
 pub mod plan_time;
 pub mod remote;
 pub mod runtime;
+pub mod slots;
 pub mod steps;
 pub mod table_io;
 

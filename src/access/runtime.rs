@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 
 use super::admission::Admission;
 use super::remote::RemoteTable;
+use super::slots::LongQuerySlots;
 use super::table_io::{FileKeys, TableIo};
 use crate::config::{ExecutionMode, OoodeConfig};
 use crate::io::{
@@ -58,6 +59,9 @@ pub struct OoodeRuntime {
     disk_cache: Mutex<Option<(usize, Arc<DiskCache>)>>,
     /// (configured pool bytes, memory fraction) last applied.
     applied: Mutex<Option<(usize, u64)>>,
+    /// Turns of long queries (`ooode.max_long_queries`; None: no limit). Queries keep the
+    /// slots they were planned with when the setting changes.
+    long_slots: Mutex<Option<Arc<LongQuerySlots>>>,
 }
 
 /// Raises the soft limit of open files to the hard limit, once per process: engines keep
@@ -146,6 +150,7 @@ impl OoodeRuntime {
             object_engines: Mutex::new(HashMap::new()),
             disk_cache: Mutex::new(None),
             applied: Mutex::new(None),
+            long_slots: Mutex::new(None),
         }
     }
 
@@ -167,6 +172,12 @@ impl OoodeRuntime {
     /// Applies the runtime-wide settings of `config` (pool budget, cap on reads in flight).
     pub fn configure(&self, config: &OoodeConfig) {
         self.admission.set_cap(config.max_outstanding_io_total);
+        let mut slots = self.long_slots.lock();
+        if slots.as_ref().map_or(0, |s| s.slots()) != config.max_long_queries {
+            *slots =
+                (config.max_long_queries > 0).then(|| LongQuerySlots::new(config.max_long_queries));
+        }
+        drop(slots);
         let depth = config.device_queue_depth;
         if self.device_queue_depth.swap(depth, Relaxed) != depth {
             for engine in self.engines.lock().values() {
@@ -213,6 +224,11 @@ impl OoodeRuntime {
     /// The disk cache of remote pages in use, if any.
     pub fn disk_cache(&self) -> Option<Arc<DiskCache>> {
         self.disk_cache.lock().as_ref().map(|(_, c)| c.clone())
+    }
+
+    /// Slots of long queries, if limited.
+    pub fn long_slots(&self) -> Option<Arc<LongQuerySlots>> {
+        self.long_slots.lock().clone()
     }
 
     /// The buffer pool.

@@ -29,6 +29,21 @@ pub(crate) type Reserved<'a> = std::result::Result<
     tokio::sync::mpsc::error::SendError<()>,
 >;
 
+/// The task of one partition of an ooode node: takes the query's turn among long queries
+/// (`ooode.max_long_queries`), runs `work` with its reads batched per poll, and notes when it
+/// ended.
+pub(crate) fn partition_task(
+    query: std::sync::Arc<crate::access::QueryIo>,
+    work: impl std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static,
+) -> impl std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static {
+    crate::io::batch::Batched(Box::pin(async move {
+        let _running = query.running().await;
+        let done = work.await;
+        query.note_work_done();
+        done
+    }))
+}
+
 pub use crate::access::ScanEstimate;
 pub use crate::config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 pub use index_join::{IndexJoinBuilder, IndexJoinExec, IndexJoinKind, InnerSide};

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 /// Something holding pushed but not yet submitted reads (an io_uring ring).
 pub trait Submit: Send + Sync {
@@ -23,6 +24,8 @@ pub trait Submit: Send + Sync {
 struct Batch {
     depth: u32,
     pending: Vec<Arc<dyn Submit>>,
+    /// When the outermost open batch opened (the poll of an operator's task).
+    opened: Option<Instant>,
 }
 
 thread_local! {
@@ -53,7 +56,13 @@ struct Depth;
 
 impl Depth {
     fn open() -> Self {
-        BATCH.with(|b| b.borrow_mut().depth += 1);
+        BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.depth == 0 {
+                b.opened = Some(Instant::now());
+            }
+            b.depth += 1;
+        });
         Depth
     }
 }
@@ -64,6 +73,7 @@ impl Drop for Depth {
             let mut b = b.borrow_mut();
             b.depth -= 1;
             if b.depth == 0 {
+                b.opened = None;
                 std::mem::take(&mut b.pending)
             } else {
                 Vec::new()
@@ -100,6 +110,24 @@ pub fn unbatched<R>(f: impl FnOnce() -> R) -> R {
     }
     let _restore = Restore(depth);
     f()
+}
+
+/// Longest an operator's task works in one poll before it lets others run (see
+/// [`yield_if_long`]).
+pub const TIME_SLICE: Duration = Duration::from_micros(200);
+
+/// Yields to the scheduler when the current poll (the open batch) has run for longer than
+/// [`TIME_SLICE`]; otherwise returns at once.
+///
+/// tokio runs woken tasks first in, first out and cannot preempt a poll: an operator that
+/// decodes every page that completed in one poll (hundreds under load) keeps every other
+/// query's woken task waiting that long, each time. Slicing the work keeps the wait of a
+/// short query's next step near the slice times the tasks ahead of it.
+pub async fn yield_if_long() {
+    let long = BATCH.with(|b| b.borrow().opened.is_some_and(|t| t.elapsed() > TIME_SLICE));
+    if long {
+        tokio::task::yield_now().await;
+    }
 }
 
 /// A future whose every poll runs as one batch.

@@ -90,6 +90,9 @@ pub struct PointTail {
     pub device_ms: f64,
     /// Size class (log2 of the estimated page reads) admission queued them in.
     pub class: f64,
+    /// From the end of the query's last ooode operator to the end of the query: the
+    /// operators above ooode's and the client's task waiting to be scheduled.
+    pub after_ooode_ms: f64,
 }
 
 /// One finished query: latency, planning, and (ooode) what its reads waited for.
@@ -102,6 +105,7 @@ struct Timing {
     wake_ms: f64,
     device_ms: f64,
     class: usize,
+    after_ooode_ms: f64,
 }
 
 impl PointTail {
@@ -124,6 +128,7 @@ impl PointTail {
             wake_ms: mean(|t| t.wake_ms),
             device_ms: mean(|t| t.device_ms),
             class: mean(|t| t.class as f64),
+            after_ooode_ms: mean(|t| t.after_ooode_ms),
         })
     }
 }
@@ -398,8 +403,17 @@ async fn run_point(
 fn tail_line(t: &PointTail) -> String {
     format!(
         "slowest 5 % of points ({}): {:.1} ms = planning {:.1} + execution; summed over their \
-         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, device {:.1} ms; size class {:.1}",
-        t.queries, t.total_ms, t.plan_ms, t.reads, t.admission_ms, t.wake_ms, t.device_ms, t.class
+         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, device {:.1} ms; size class \
+         {:.1}; after ooode's operators {:.1} ms",
+        t.queries,
+        t.total_ms,
+        t.plan_ms,
+        t.reads,
+        t.admission_ms,
+        t.wake_ms,
+        t.device_ms,
+        t.class,
+        t.after_ooode_ms
     )
 }
 
@@ -427,6 +441,7 @@ async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(Timing, Vec<St
     let plan = df.create_physical_plan().await?;
     let plan_ms = start.elapsed().as_secs_f64() * 1e3;
     let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task)).await?;
+    let end = Instant::now();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut timing = Timing {
         plan_ms,
@@ -439,6 +454,9 @@ async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(Timing, Vec<St
         timing.wake_ms = ms(waits.wake_time);
         timing.device_ms = ms(io.read_time);
         timing.class = query.share().class();
+        if let Some(done) = query.work_done_at() {
+            timing.after_ooode_ms = ms(end.saturating_duration_since(done));
+        }
     }
     let rows = if ordered {
         crate::runner::ordered_rows(&batches)?
@@ -460,7 +478,46 @@ fn table_bytes(data: &DataSet) -> u64 {
         .sum()
 }
 
-/// Runs every client count on both engines, and the point lookups alone; progress on stderr.
+/// Long queries at once in the run with turns (`ooode.max_long_queries`).
+pub const LONG_TURNS: usize = 4;
+
+/// Fewest clients of the largest count for which the run with turns is made.
+const TURNS_FROM_CLIENTS: usize = 16;
+
+/// One measurement's lines on stderr.
+fn print_run(p: &ConcurrencyPoint) {
+    let c = p.clients;
+    eprintln!(
+        "{:<20} {c:>3} clients: {:>7.1} q/s, p50 {:>7.1} ms, p99 {:>7.1} ms, \
+         points p99 {:>7.1} ms (planning p50 {:.1} / p99 {:.1} ms), device {:>6.0} IOPS, \
+         CPU {:>4.0} % ({})",
+        p.engine,
+        p.qps,
+        p.p50_ms,
+        p.p99_ms,
+        p.point_p99_ms,
+        p.point_plan_p50_ms,
+        p.point_plan_p99_ms,
+        p.device_iops,
+        p.cpu_percent,
+        p.workload
+    );
+    if let Some(tail) = &p.point_tail {
+        eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
+    }
+    if let (Some(share), Some(ms)) = (p.device_queued_share, p.device_queue_ms)
+        && share > 0.0
+    {
+        eprintln!(
+            "{:<20} {c:>3} clients: {:.0} % of reads waited for the device, {ms:.2} ms each",
+            "",
+            share * 100.0
+        );
+    }
+}
+
+/// Runs every client count on both engines (at the largest, also ooode with long queries
+/// taking turns), and the point lookups alone; progress on stderr.
 pub async fn run(
     data: &DataSet,
     clients: &[usize],
@@ -475,47 +532,35 @@ pub async fn run(
     settings.extend_from_slice(extra_settings);
     let mut points = Vec::new();
     let (mut compared, mut mismatches) = (0, Vec::new());
-    for &c in clients {
-        let mut runs = Vec::new();
-        for engine in [Engine::Ooode, Engine::Parquet] {
-            let run = run_point(data, engine, c, secs, &settings, false).await?;
-            let p = &run.point;
-            eprintln!(
-                "{:<20} {c:>3} clients: {:>7.1} q/s, p50 {:>7.1} ms, p99 {:>7.1} ms, \
-                 points p99 {:>7.1} ms (planning p50 {:.1} / p99 {:.1} ms), device {:>6.0} IOPS, \
-                 CPU {:>4.0} %",
-                p.engine,
-                p.qps,
-                p.p50_ms,
-                p.p99_ms,
-                p.point_p99_ms,
-                p.point_plan_p50_ms,
-                p.point_plan_p99_ms,
-                p.device_iops,
-                p.cpu_percent
-            );
-            if let Some(tail) = &p.point_tail {
-                eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
-            }
-            if let (Some(share), Some(ms)) = (p.device_queued_share, p.device_queue_ms)
-                && share > 0.0
-            {
-                eprintln!(
-                    "{:<20} {c:>3} clients: {:.0} % of reads waited for the device, {ms:.2} ms each",
-                    "",
-                    share * 100.0
-                );
-            }
-            runs.push(run);
-        }
-        for (key, rows) in &runs[0].results {
-            if let Some(other) = runs[1].results.get(key) {
+    let mut compare = |a: &Run, b: &Run| {
+        for (key, rows) in &a.results {
+            if let Some(other) = b.results.get(key) {
                 compared += 1;
                 if rows != other {
                     let (_, sql) = draw(key.0, key.1, customers, false);
                     mismatches.push(format!("client {} query {}: {sql}", key.0, key.1));
                 }
             }
+        }
+    };
+    let max_clients = clients.iter().copied().max().unwrap_or(0);
+    for &c in clients {
+        let mut runs = Vec::new();
+        for engine in [Engine::Ooode, Engine::Parquet] {
+            let run = run_point(data, engine, c, secs, &settings, false).await?;
+            print_run(&run.point);
+            runs.push(run);
+        }
+        compare(&runs[0], &runs[1]);
+        if c == max_clients && c >= TURNS_FROM_CLIENTS {
+            // The same clients with long queries taking turns (a service's setting).
+            let mut turns = settings.clone();
+            turns.push(format!("SET ooode.max_long_queries = {LONG_TURNS}"));
+            let mut run = run_point(data, Engine::Ooode, c, secs, &turns, false).await?;
+            run.point.workload = format!("{LONG_TURNS} long at once");
+            print_run(&run.point);
+            compare(&run, &runs[1]);
+            runs.push(run);
         }
         points.extend(runs.into_iter().map(|r| r.point));
     }
@@ -590,6 +635,25 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
             out += &format!(
                 "at {max} clients: ooode {:.1}x stock DataFusion's queries per second\n",
                 o.qps / s.qps.max(1e-9)
+            );
+        }
+        let turns = format!("{LONG_TURNS} long at once");
+        if let (Some(t), Some(o), Some(s)) = (
+            find("ooode", &turns, max),
+            find("ooode", "mixed", max),
+            find("datafusion parquet", "mixed", max),
+        ) {
+            let cpu_per_query = |p: &ConcurrencyPoint| p.cpu_percent * 10.0 / p.qps.max(1e-9);
+            out += &format!(
+                "with {turns} (ooode.max_long_queries = {LONG_TURNS}): {:.1}x stock's queries per \
+                 second, p99 {:.0} ms vs {:.0}, CPU {:.1} ms per query vs {:.1}, points p99 {:.1} \
+                 ms\n",
+                t.qps / s.qps.max(1e-9),
+                t.p99_ms,
+                o.p99_ms,
+                cpu_per_query(t),
+                cpu_per_query(o),
+                t.point_p99_ms
             );
         }
         if let (Some(mixed), Some(alone)) = (

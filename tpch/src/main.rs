@@ -112,6 +112,10 @@ enum Command {
         /// ooode.device_queue_depth for ooode's runtime (default: the setting's own).
         #[arg(long)]
         device_depth: Option<usize>,
+        /// Other ooode settings for ooode's sessions, as name=value (repeatable), e.g.
+        /// `--set ooode.short_query_reads=256`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
         /// Also write the measurements as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -351,6 +355,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             seconds,
             io_total,
             device_depth,
+            set,
             json,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
@@ -366,6 +371,12 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
             if let Some(n) = device_depth {
                 settings.push(format!("SET ooode.device_queue_depth = {n}"));
+            }
+            for setting in &set {
+                let Some((name, value)) = setting.split_once('=') else {
+                    return Err(format!("--set {setting}: expected NAME=VALUE").into());
+                };
+                settings.push(format!("SET {} = '{}'", name.trim(), value.trim()));
             }
             let report = runtime.block_on(ooode_tpch::concurrency::run(
                 &data, &clients, seconds, &settings,

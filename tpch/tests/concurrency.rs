@@ -149,6 +149,9 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
             "SET ooode.max_outstanding_io_total = 512".to_string(),
             // Most reads wait in the engine's queue for the device, ordered by query size.
             "SET ooode.device_queue_depth = 16".to_string(),
+            // Two long queries at a time (most here are long): the others wait their turn.
+            "SET ooode.max_long_queries = 2".to_string(),
+            "SET ooode.short_query_reads = 16".to_string(),
         ];
         plans.push((settings, queries));
     }
@@ -166,11 +169,17 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
     let before = rss();
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(before));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Fewest turns of long queries free, sampled alike.
+    let fewest_free = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
     let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
+        let (peak, done, fewest_free) = (peak.clone(), done.clone(), fewest_free.clone());
+        let runtime = ooode::access::OoodeRuntime::for_env(&env);
         std::thread::spawn(move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 peak.fetch_max(rss(), std::sync::atomic::Ordering::Relaxed);
+                if let Some(slots) = runtime.long_slots() {
+                    fewest_free.fetch_min(slots.free(), std::sync::atomic::Ordering::Relaxed);
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
         })
@@ -226,6 +235,13 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
     );
     assert_eq!(runtime.admission().in_use(), 0);
     assert_eq!(runtime.admission().waiting(), 0);
+    let slots = runtime.long_slots().expect("max_long_queries was set");
+    assert_eq!(
+        fewest_free.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "long queries took turns"
+    );
+    assert_eq!(slots.free(), slots.slots(), "every turn given back");
     assert_eq!(
         pool.reserved() as u64,
         runtime.pool().stats().reserved_bytes,

@@ -32,7 +32,6 @@ use crate::access::{QueryIo, StepCtx, TableIo, to_df};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::IoMetrics;
-use crate::io::batch::Batched;
 use crate::storage::KeyEncoder;
 
 /// Which rows the join produces (the outer input is the preserved side).
@@ -440,7 +439,10 @@ impl ExecutionPlan for IndexJoinExec {
         };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
-        builder.spawn(Batched(Box::pin(run(work, tx))));
+        builder.spawn(crate::exec::partition_task(
+            self.query.clone(),
+            run(work, tx),
+        ));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
             Published::new(builder.build(), node),

@@ -170,6 +170,8 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
     };
     let mut outer_done = false;
     loop {
+        // Let other queries' woken tasks run between slices of this one's work.
+        crate::io::batch::yield_if_long().await;
         let room = join.out_bytes < join.limits.out_bytes;
         while room && join.pages.len() < join.limits.max_fetches {
             let Some((probe, leaves)) = join.parked.pop_front() else {

@@ -21,8 +21,6 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
-use crate::io::batch::Batched;
-
 use super::stream::{Pages, ScanWork, run};
 use crate::access::plan_time::{ReadAhead, ScanEstimate};
 use crate::access::{QueryIo, StepCtx, TableIo};
@@ -365,7 +363,10 @@ impl ExecutionPlan for IndexScanExec {
         };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
-        builder.spawn(Batched(Box::pin(run(work, tx))));
+        builder.spawn(crate::exec::partition_task(
+            self.query.clone(),
+            run(work, tx),
+        ));
         let stream = builder.build();
         Ok(Box::pin(
             datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(

@@ -125,6 +125,8 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         .boxed()
     };
     loop {
+        // Let other queries' woken tasks run between slices of this one's work.
+        crate::io::batch::yield_if_long().await;
         let room = out.bytes < out_bytes;
         while room && fetches < max_fetches {
             if let Some(page_no) = page_range.next() {

@@ -29,7 +29,6 @@ use crate::access::{QueryIo, StepCtx, TableIo};
 use crate::exec::index_scan::stream::{Pages, ScanWork, run};
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::IoMetrics;
-use crate::io::batch::Batched;
 
 /// Reads a whole ooode table.
 #[derive(Debug, Clone)]
@@ -304,7 +303,10 @@ impl ExecutionPlan for OoodeScanExec {
         };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
         let tx = builder.tx();
-        builder.spawn(Batched(Box::pin(run(work, tx))));
+        builder.spawn(crate::exec::partition_task(
+            self.query.clone(),
+            run(work, tx),
+        ));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
             Published::new(builder.build(), node),
