@@ -172,4 +172,33 @@ mod tests {
         assert_eq!(ring.0.load(SeqCst), 2);
         assert!(!in_batch());
     }
+
+    /// Polls `task` once inside a batch, as an operator's task is polled.
+    fn poll_batched<F: Future + Unpin>(task: &mut Batched<F>) -> Poll<F::Output> {
+        let waker = futures::task::noop_waker();
+        Pin::new(task).poll(&mut Context::from_waker(&waker))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_poll_yields_only_after_its_time_slice() {
+        let mut short = Batched(Box::pin(yield_if_long()));
+        assert!(poll_batched(&mut short).is_ready(), "a short poll goes on");
+
+        let mut long = Batched(Box::pin(async {
+            let start = Instant::now();
+            while start.elapsed() <= TIME_SLICE {
+                std::hint::spin_loop();
+            }
+            yield_if_long().await;
+        }));
+        assert!(
+            poll_batched(&mut long).is_pending(),
+            "a long poll lets others run"
+        );
+        assert!(
+            poll_batched(&mut long).is_ready(),
+            "the next poll starts a new slice"
+        );
+        assert!(!in_batch());
+    }
 }
