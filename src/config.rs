@@ -213,7 +213,9 @@ impl Default for OoodeConfig {
             // project's VM, 4 at 64 clients gave the same queries per second for ~20 % less
             // CPU per query and half the p99 latency (README).
             max_long_queries: 0,
-            // The Fig. 4 chain over one customer reads ~20 pages; over 10, ~200.
+            // A point lookup (the Fig. 4 chain over one customer) read 20-24 pages in the
+            // concurrency benchmark; the other queries of its mix were estimated at a median
+            // of 1-2 K reads (size class 10-11).
             short_query_reads: 256,
             // 0.5 lets the Fig. 4 chain at 0.1 % of customers run on indexes, where it beat
             // the Parquet scans 1.5x cold and 3.5x hot at SF 1 on one SSD and 2 cores.

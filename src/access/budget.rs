@@ -74,21 +74,21 @@ impl QueryIo {
         &self.runtime
     }
 
-    /// Whether the query takes turns with other long queries: `ooode.max_long_queries` is
-    /// set and the query was estimated (its whole plan shares this budget, so its tasks
+    /// The turns the query takes with other long queries: those of `ooode.max_long_queries`
+    /// when set and the query was estimated (its whole plan shares this budget, so its tasks
     /// share one slot) to read more than `ooode.short_query_reads` pages.
-    pub fn is_long(&self) -> bool {
-        self.long_slots.is_some()
-            && self
-                .share
-                .estimated_reads()
-                .is_some_and(|reads| reads > self.short_query_reads)
+    fn long_slots(&self) -> Option<&LongQuerySlots> {
+        let long = self
+            .share
+            .estimated_reads()
+            .is_some_and(|reads| reads > self.short_query_reads);
+        self.long_slots.as_deref().filter(|_| long)
     }
 
     /// Waits for the query's turn among long queries (at once for others); an operator task
     /// holds the guard while it runs (see [`super::slots`]).
     pub async fn running(&self) -> Option<RunningTask> {
-        let slots = self.long_slots.as_ref().filter(|_| self.is_long())?;
+        let slots = self.long_slots()?;
         Some(self.slot.enter(slots).await)
     }
 
