@@ -141,6 +141,11 @@ fn parse_bool(s: &str) -> Result<bool> {
     }
 }
 
+/// The default `ooode.max_long_queries`: twice the cores this process may use.
+fn default_long_queries() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Largest `ooode.short_query_reads`.
 const MAX_SHORT_QUERY_READS: usize = 1 << 40;
 
@@ -166,8 +171,8 @@ pub struct OoodeConfig {
     /// reads overtake a large one's. Trades throughput for latency: see README.
     pub device_queue_depth: usize,
     /// Most queries estimated to read more than `short_query_reads` pages that run their
-    /// ooode operators at once; later ones wait their turn before their first read (0: no
-    /// limit). See `access::slots`.
+    /// ooode operators' reads at once; later ones wait their turn (0: no limit; default
+    /// twice the cores). See `access::slots`.
     pub max_long_queries: usize,
     /// Queries estimated to read at most this many pages never wait for a turn.
     pub short_query_reads: u64,
@@ -209,10 +214,10 @@ impl Default for OoodeConfig {
             // Off: on this project's VM a queue of 64 cut the median latency at 16 clients
             // by a quarter and cost 6-13 % of the queries per second at 64 (README).
             device_queue_depth: 0,
-            // Off: a client that stops reading a long query's result keeps its turn. On this
-            // project's VM, 4 at 64 clients gave the same queries per second for ~20 % less
-            // CPU per query and half the p99 latency (README).
-            max_long_queries: 0,
+            // Twice the cores: on this project's VM (2 cores), 4 at 64 clients gave the same
+            // or more queries per second for ~20 % less CPU per query and half the p99
+            // latency; 2 were too few, 8 no better (README).
+            max_long_queries: default_long_queries(),
             // A point lookup (the Fig. 4 chain over one customer) read 20-24 pages in the
             // concurrency benchmark; the other queries of its mix were estimated at a median
             // of 1-2 K reads (size class 10-11).
@@ -300,9 +305,9 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "max_long_queries",
         description: "Most queries estimated to read more than short_query_reads pages that \
-                      run their ooode operators at once; others wait for a turn before their \
-                      first read (default 0: no limit). Fewer queries at once use less CPU \
-                      per query under load; a client that stops reading keeps its turn",
+                      read at once; others wait for a turn (default: twice the cores; 0: no \
+                      limit). Fewer queries at once use less CPU per query under load. A query \
+                      holds its turn only while its operators have reads to do",
         show: |c| c.max_long_queries.to_string(),
         set: |c, v| {
             c.max_long_queries = v.parse::<Bounded<0, 65536>>()?.0;

@@ -86,10 +86,18 @@ impl QueryIo {
     }
 
     /// Waits for the query's turn among long queries (at once for others); an operator task
-    /// holds the guard while it runs (see [`super::slots`]).
+    /// holds the guard while it has work (see [`super::slots`]).
     pub async fn running(&self) -> Option<RunningTask> {
         let slots = self.long_slots()?;
         Some(self.slot.enter(slots).await)
+    }
+
+    /// One operator task's hold on the query's turn, not taken yet.
+    pub fn turn(self: &Arc<Self>) -> Turn {
+        Turn {
+            query: self.clone(),
+            running: None,
+        }
     }
 
     /// Notes that one of the query's operator tasks ended (its output sent).
@@ -184,5 +192,34 @@ impl QueryIo {
     /// made when it needed them.
     pub fn count_waits(&self) -> u64 {
         self.count_waits.load(Relaxed)
+    }
+}
+
+/// One operator task's hold on its query's turn among long queries: taken before the task
+/// starts reads, given up while it has none in flight and only waits for its consumer, so a
+/// client that stops reading a long query's result blocks no other query.
+#[derive(Debug)]
+pub struct Turn {
+    query: Arc<QueryIo>,
+    running: Option<RunningTask>,
+}
+
+impl Turn {
+    /// Holds the turn (waiting for it if the query is long and holds none): call before
+    /// polling work that reads.
+    pub async fn busy(&mut self) {
+        if self.running.is_none() {
+            self.running = self.query.running().await;
+        }
+    }
+
+    /// Gives the hold up: the task has no reads in flight and waits only for its consumer.
+    pub fn idle(&mut self) {
+        self.running = None;
+    }
+
+    /// Whether this task holds its query's turn (only long queries under a limit take one).
+    pub fn held(&self) -> bool {
+        self.running.is_some()
     }
 }

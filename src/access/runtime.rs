@@ -150,7 +150,10 @@ impl OoodeRuntime {
             object_engines: Mutex::new(HashMap::new()),
             disk_cache: Mutex::new(None),
             applied: Mutex::new(None),
-            long_slots: Mutex::new(None),
+            long_slots: Mutex::new(
+                (defaults.max_long_queries > 0)
+                    .then(|| LongQuerySlots::new(defaults.max_long_queries)),
+            ),
         }
     }
 

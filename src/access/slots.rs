@@ -3,10 +3,11 @@
 //! ones wait, first come first served, before their first read. Short queries never wait.
 //!
 //! ```text
-//!   operator task starts ──> short, or not estimated ──> runs
+//!   operator task about to poll reads ──> short, or not estimated ──> runs
 //!        └─ long: its query holds a slot? ──> runs (one slot per query, not per task)
 //!                 else: takes one (waits in arrival order) ──> runs
-//!   last running task of the query ends ──> slot back
+//!   task with nothing in flight (waits for its input or its consumer) ──> lets go
+//!   last task of the query to let go ──> slot back
 //! ```
 //!
 //! Why: admission shares the reads in flight fairly between all queries, so under load every
@@ -15,11 +16,11 @@
 //! queries at a time, the others waiting, gave the same queries per second for ~20 % less CPU
 //! per query and half the p99 latency (see README).
 //!
-//! A query holds its slot while any of its operator tasks runs, including one waiting for
-//! its consumer to take output: a client that stops reading a long query's result keeps a
-//! slot, which is why the limit is off unless set. The tasks of one query share its slot
-//! (an operator waiting for its input's task must never queue that task behind other
-//! queries: that would deadlock once every slot waits so).
+//! A task holds its query's slot only while it has reads in flight or about to start
+//! ([`super::Turn`]); one whose output queue is full and whose reads are done lets go, so a
+//! client that stops reading a long query's result holds no slot. The tasks of one query
+//! share its slot (an operator waiting for its input's task must never queue that task
+//! behind other queries: that would deadlock once every slot waits so).
 
 use std::sync::Arc;
 

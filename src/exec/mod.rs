@@ -29,16 +29,19 @@ pub(crate) type Reserved<'a> = std::result::Result<
     tokio::sync::mpsc::error::SendError<()>,
 >;
 
-/// The task of one partition of an ooode node: takes the query's turn among long queries
-/// (`ooode.max_long_queries`), runs `work` with its reads batched per poll, and notes when it
-/// ended.
-pub(crate) fn partition_task(
+/// The task of one partition of an ooode node: runs `work` with the query's turn among long
+/// queries (`ooode.max_long_queries`; the work takes it while it reads and gives it up while
+/// it only waits for its consumer), its reads batched per poll, and notes when it ended.
+pub(crate) fn partition_task<W, F>(
     query: std::sync::Arc<crate::access::QueryIo>,
-    work: impl std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static,
-) -> impl std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static {
+    work: W,
+) -> impl std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static
+where
+    W: FnOnce(crate::access::Turn) -> F + Send + 'static,
+    F: std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static,
+{
     crate::io::batch::Batched(Box::pin(async move {
-        let _running = query.running().await;
-        let done = work.await;
+        let done = work(query.turn()).await;
         query.note_work_done();
         done
     }))

@@ -46,7 +46,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Measures at `n` customers; progress on stderr.
-pub async fn run(data: &DataSet, n: u64) -> Result<CeilingReport, BoxError> {
+/// `settings` are further `SET` statements for ooode's session.
+pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingReport, BoxError> {
     let limit = Duration::from_secs(600);
     let (_, ctx) = contexts(data).await?;
     let pool = ooode_providers::ooode_runtime(&ctx).pool().clone();
@@ -55,6 +56,9 @@ pub async fn run(data: &DataSet, n: u64) -> Result<CeilingReport, BoxError> {
         "SET ooode.index_join = 'always'",
         "SET ooode.execution_mode = 'out_of_order'",
     ] {
+        run_sql(&ctx, s).await?;
+    }
+    for s in settings {
         run_sql(&ctx, s).await?;
     }
     let sql = fig4_sql(n);

@@ -87,7 +87,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
 
     let customers_all = crate::tables::expected_rows("customer", sf).unwrap_or(150_000);
     eprintln!("== The runtime's ceiling: Fig. 4 at 10 % with pages from the OS cache");
-    let ceiling = runtime.block_on(crate::ceiling::run(data, customers_all / 10))?;
+    let ceiling = runtime.block_on(crate::ceiling::run(data, customers_all / 10, &[]))?;
     println!(
         "\nThe runtime's ceiling, SF {sf}:\n{}",
         crate::ceiling::format_report(&ceiling)

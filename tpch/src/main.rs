@@ -129,6 +129,10 @@ enum Command {
         /// Customers selected (default: 10 % of them).
         #[arg(long)]
         n: Option<u64>,
+        /// Other ooode settings, as name=value (repeatable), e.g.
+        /// `--set ooode.max_outstanding_io=1024`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
     },
     /// The first query of fresh processes (this program, run again per measurement): ooode vs
     /// stock DataFusion.
@@ -372,12 +376,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             if let Some(n) = device_depth {
                 settings.push(format!("SET ooode.device_queue_depth = {n}"));
             }
-            for setting in &set {
-                let Some((name, value)) = setting.split_once('=') else {
-                    return Err(format!("--set {setting}: expected NAME=VALUE").into());
-                };
-                settings.push(format!("SET {} = '{}'", name.trim(), value.trim()));
-            }
+            settings.extend(set_statements(&set)?);
             let report = runtime.block_on(ooode_tpch::concurrency::run(
                 &data, &clients, seconds, &settings,
             ))?;
@@ -392,15 +391,18 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 return Err(format!("RESULTS DIFFER: {:?}", report.mismatches).into());
             }
         }
-        Command::Ceiling { sf, n } => {
+        Command::Ceiling { sf, n, set } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
             let customers = ooode_tpch::tables::expected_rows("customer", sf).unwrap_or(150_000);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let report =
-                runtime.block_on(ooode_tpch::ceiling::run(&data, n.unwrap_or(customers / 10)))?;
+            let report = runtime.block_on(ooode_tpch::ceiling::run(
+                &data,
+                n.unwrap_or(customers / 10),
+                &set_statements(&set)?,
+            ))?;
             println!("{}", ooode_tpch::ceiling::format_report(&report));
         }
         Command::Inserts { sf, max_rows, out } => {
@@ -567,4 +569,16 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     }
     Ok(())
+}
+
+/// `SET` statements of `--set NAME=VALUE` arguments.
+fn set_statements(
+    sets: &[String],
+) -> Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
+    sets.iter()
+        .map(|setting| match setting.split_once('=') {
+            Some((name, value)) => Ok(format!("SET {} = '{}'", name.trim(), value.trim())),
+            None => Err(format!("--set {setting}: expected NAME=VALUE").into()),
+        })
+        .collect()
 }

@@ -337,3 +337,71 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
     runtime.pool().clear();
     assert_eq!(query_rows(&ctx, sql).await.unwrap(), want);
 }
+
+/// With one turn for long queries, a long query whose client takes one batch and stops
+/// reading gives its turn up once its operators have nothing in flight (their output queues
+/// full): another long query then runs to the end, and the first finishes when read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_query_whose_client_stops_reading_gives_up_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = load(dir.path());
+    let stock = stock(&data).await;
+    let env = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let ctx = session(&env);
+    register(&ctx, &data).await;
+    for s in [
+        "SET ooode.index_join = 'always'",
+        "SET ooode.max_long_queries = 1",
+        // Every query the rule estimated is long.
+        "SET ooode.short_query_reads = 0",
+    ] {
+        run_sql(&ctx, s).await.unwrap();
+    }
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    // About 40 K rows of every column: far more than an operator queues for its consumer.
+    let stalled_sql =
+        "SELECT * FROM orders JOIN lineitem ON o_orderkey = l_orderkey WHERE o_custkey < 1000";
+    let plan = ctx
+        .sql(stalled_sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let query = query_io(&plan).expect("an index plan");
+    assert!(
+        query.share().estimated_reads().is_some_and(|r| r > 0),
+        "the rule estimated the query's reads"
+    );
+    let mut stalled = execute_stream(plan, ctx.task_ctx()).unwrap();
+    let first = stalled.next().await.expect("rows").unwrap();
+    let slots = runtime.long_slots().expect("max_long_queries was set");
+    assert_eq!(slots.slots(), 1);
+    // Its operators fill their output queues, then hold nothing in flight.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slots.free() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        slots.free(),
+        1,
+        "a query nobody reads still holds the only turn"
+    );
+    // Another long query takes the turn and runs to the end.
+    let other = fig4_sql(150);
+    let rows = tokio::time::timeout(Duration::from_secs(60), query_rows(&ctx, &other))
+        .await
+        .expect("the second long query finished")
+        .unwrap();
+    assert_eq!(rows, query_rows(&stock, &other).await.unwrap());
+    // The first is read to its end, and right.
+    let mut batches = vec![first];
+    while let Some(batch) = stalled.next().await {
+        batches.push(batch.unwrap());
+    }
+    assert_eq!(
+        ooode_tpch::runner::sorted_rows(&batches).unwrap(),
+        query_rows(&stock, stalled_sql).await.unwrap()
+    );
+    assert_eq!(slots.free(), 1, "the turn given back");
+}

@@ -41,7 +41,7 @@ use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::steps::{
     StepCtx, decode_rows, group_by_page, heap_page, lookup_cached, lookup_leaves,
 };
-use crate::access::to_df;
+use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
 use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
@@ -141,7 +141,8 @@ struct Join {
 }
 
 /// Runs one partition of the join, sending output batches to `tx`.
-pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+/// `turn` is held while reads may be in flight (see [`crate::access::Turn`]).
+pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn) -> Result<()> {
     let JoinWork {
         mut outer,
         outer_keys,
@@ -173,6 +174,13 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         // Let other queries' woken tasks run between slices of this one's work.
         crate::io::batch::yield_if_long().await;
         let room = join.out_bytes < join.limits.out_bytes;
+        let resumes = room && join.pages.len() < join.limits.max_fetches && !join.parked.is_empty();
+        if resumes || !join.jobs.is_empty() {
+            turn.busy().await;
+        } else {
+            // Nothing in flight, nothing to start: it waits for its input or its consumer.
+            turn.idle();
+        }
         while room && join.pages.len() < join.limits.max_fetches {
             let Some((probe, leaves)) = join.parked.pop_front() else {
                 break;

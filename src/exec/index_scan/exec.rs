@@ -365,7 +365,7 @@ impl ExecutionPlan for IndexScanExec {
         let tx = builder.tx();
         builder.spawn(crate::exec::partition_task(
             self.query.clone(),
-            run(work, tx),
+            move |turn| run(work, tx, turn),
         ));
         let stream = builder.build();
         Ok(Box::pin(

@@ -26,10 +26,10 @@ use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
-use crate::access::TableIo;
 use crate::access::steps::{
     Columns, StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves,
 };
+use crate::access::{TableIo, Turn};
 use crate::storage::btree::KeyRange;
 
 /// Which heap pages a scan reads.
@@ -70,7 +70,8 @@ enum Job {
 }
 
 /// Runs the scan, sending batches to `tx` as pages complete.
-pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+/// `turn` is held while reads may be in flight (see [`crate::access::Turn`]).
+pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn) -> Result<()> {
     let ScanWork {
         table,
         pages,
@@ -128,6 +129,13 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>) -> Result<()> 
         // Let other queries' woken tasks run between slices of this one's work.
         crate::io::batch::yield_if_long().await;
         let room = out.bytes < out_bytes;
+        let starts = room && fetches < max_fetches && !(page_range.is_empty() && parked.is_empty());
+        if starts || !jobs.is_empty() {
+            turn.busy().await;
+        } else {
+            // Nothing in flight, nothing to start: only output waits for the consumer.
+            turn.idle();
+        }
         while room && fetches < max_fetches {
             if let Some(page_no) = page_range.next() {
                 jobs.push(fetch(page_no, None));

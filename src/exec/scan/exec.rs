@@ -305,7 +305,7 @@ impl ExecutionPlan for OoodeScanExec {
         let tx = builder.tx();
         builder.spawn(crate::exec::partition_task(
             self.query.clone(),
-            run(work, tx),
+            move |turn| run(work, tx, turn),
         ));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
