@@ -47,7 +47,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
     eprintln!("== fio at depth 1 and 64, before the Fig. 4 sweep");
     let fio_before = machine_facts(&heap, 8192);
     eprintln!("== Fig. 4 sweep, N = {ns:?}");
-    let fig4 = runtime.block_on(crate::fig4::run(data, &ns, limit, &[]))?;
+    let fig4 = runtime.block_on(crate::fig4::run(data, &ns, limit, &[], &[]))?;
     eprintln!("== fio at depth 1 and 64, after the Fig. 4 sweep");
     let machine = machine_facts(&heap, 8192);
     println!(

@@ -76,6 +76,9 @@ enum Command {
         /// Run only engines whose name contains one of these (e.g. "out_of_order,parquet").
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Other settings for ooode's session, as name=value (repeatable).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
         /// Also write the measurements as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -329,6 +332,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             n,
             limit,
             only,
+            set,
             json,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
@@ -341,6 +345,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 &n,
                 std::time::Duration::from_secs(limit),
                 &only,
+                &set_statements(&set)?,
             ))?;
             println!(
                 "Fig. 4 query, TPC-H SF {sf}:\n{}",

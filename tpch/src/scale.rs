@@ -65,7 +65,7 @@ pub fn run(sets: &[DataSet], queries_dir: &Path, limit: Duration) -> Result<Scal
         eprintln!("== SF {sf}: fio before");
         let disk_before = machine_facts(&heap, 8192);
         eprintln!("== SF {sf}: Fig. 4 sweep, N = {ns:?}");
-        let fig4 = runtime.block_on(crate::fig4::run(data, &ns, limit, &[]))?;
+        let fig4 = runtime.block_on(crate::fig4::run(data, &ns, limit, &[], &[]))?;
         let mismatches = crate::fig4::mismatches(&fig4.points);
         if !mismatches.is_empty() {
             return Err(format!("SF {sf}: Fig. 4 results differ: {mismatches:?}").into());
