@@ -259,6 +259,19 @@ fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
     plan.children().into_iter().find_map(query_io)
 }
 
+/// The physical plan of `sql` and the budget of its index plan.
+async fn index_plan(ctx: &SessionContext, sql: &str) -> (Arc<dyn ExecutionPlan>, Arc<QueryIo>) {
+    let plan = ctx
+        .sql(sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let query = query_io(&plan).expect("an index plan");
+    (plan, query)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
@@ -279,14 +292,7 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
     let want = query_rows(&stock(&data).await, sql).await.unwrap();
     for round in 0..3 {
         runtime.pool().clear();
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let query = query_io(&plan).expect("an index plan");
+        let (plan, query) = index_plan(&ctx, sql).await;
         let mut stream = execute_stream(plan, ctx.task_ctx()).unwrap();
         // Take batches until reads are in flight at the moment of cancelling.
         let mut in_flight = 0;
@@ -361,14 +367,7 @@ async fn a_long_query_whose_client_stops_reading_gives_up_its_turn() {
     // About 40 K rows of every column: far more than an operator queues for its consumer.
     let stalled_sql =
         "SELECT * FROM orders JOIN lineitem ON o_orderkey = l_orderkey WHERE o_custkey < 1000";
-    let plan = ctx
-        .sql(stalled_sql)
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
-    let query = query_io(&plan).expect("an index plan");
+    let (plan, query) = index_plan(&ctx, stalled_sql).await;
     assert!(
         query.share().estimated_reads().is_some_and(|r| r > 0),
         "the rule estimated the query's reads"
