@@ -217,9 +217,4 @@ impl Turn {
     pub fn idle(&mut self) {
         self.running = None;
     }
-
-    /// Whether this task holds its query's turn (only long queries under a limit take one).
-    pub fn held(&self) -> bool {
-        self.running.is_some()
-    }
 }
