@@ -86,8 +86,8 @@ impl QueryIo {
     }
 
     /// Waits for the query's turn among long queries (at once for others); an operator task
-    /// holds the guard while it has work (see [`super::slots`]).
-    pub async fn running(&self) -> Option<RunningTask> {
+    /// holds the guard, through its [`Turn`], while it has work (see [`super::slots`]).
+    async fn running(&self) -> Option<RunningTask> {
         let slots = self.long_slots()?;
         Some(self.slot.enter(slots).await)
     }

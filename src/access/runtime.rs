@@ -150,10 +150,7 @@ impl OoodeRuntime {
             object_engines: Mutex::new(HashMap::new()),
             disk_cache: Mutex::new(None),
             applied: Mutex::new(None),
-            long_slots: Mutex::new(
-                (defaults.max_long_queries > 0)
-                    .then(|| LongQuerySlots::new(defaults.max_long_queries)),
-            ),
+            long_slots: Mutex::new(LongQuerySlots::for_setting(defaults.max_long_queries)),
         }
     }
 
@@ -177,8 +174,7 @@ impl OoodeRuntime {
         self.admission.set_cap(config.max_outstanding_io_total);
         let mut slots = self.long_slots.lock();
         if slots.as_ref().map_or(0, |s| s.slots()) != config.max_long_queries {
-            *slots =
-                (config.max_long_queries > 0).then(|| LongQuerySlots::new(config.max_long_queries));
+            *slots = LongQuerySlots::for_setting(config.max_long_queries);
         }
         drop(slots);
         let depth = config.device_queue_depth;

@@ -44,6 +44,11 @@ impl LongQuerySlots {
         })
     }
 
+    /// The slots of setting `ooode.max_long_queries = slots` (0: no limit, none).
+    pub fn for_setting(slots: usize) -> Option<Arc<Self>> {
+        (slots > 0).then(|| Self::new(slots))
+    }
+
     /// Long queries that may run at once.
     pub fn slots(&self) -> usize {
         self.slots

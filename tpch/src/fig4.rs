@@ -57,11 +57,11 @@ pub struct Fig4Report {
 /// Runs the experiment over `ns`; progress on stderr.
 ///
 /// `only`: when not empty, run just the engines whose name contains one of these strings
-/// (for profiling one engine); `settings` are further `SET` statements for ooode's session. Hot
-/// runs first run the same query once, untimed, on the same
-/// engine, so that "hot" means the pages this query needs are cached; then the median of
-/// [`crate::runner::HOT_RUNS`] runs (15 under 50 ms). Cold runs under a second are repeated as
-/// well (caches emptied before each) and the median kept.
+/// (for profiling one engine); `settings` are further `SET` statements for ooode's session.
+/// Hot runs first run the same query once, untimed, on the same engine, so that "hot" means
+/// the pages this query needs are cached; then the median of [`crate::runner::HOT_RUNS`] runs
+/// (15 under 50 ms). Cold runs under a second are repeated as well (caches emptied before
+/// each) and the median kept.
 pub async fn run(
     data: &DataSet,
     ns: &[u64],
