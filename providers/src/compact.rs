@@ -170,7 +170,8 @@ pub(crate) async fn compact_remote(
         let options = merged_options(options_like(remote.table()));
         let (_staging, staged, _) = load_staged(rows, table.schema(), options).await?;
         let name = current.0.next_segment_name();
-        let seg_prefix = upload_segment(&staged, &store, &url, &prefix, &name).await?;
+        let memory = state.runtime_env().memory_pool.clone();
+        let seg_prefix = upload_segment(&staged, &store, &url, &prefix, &name, &memory).await?;
         let now = now_secs();
         let committed = commit_remote_list(&store, &url, &prefix, current, |l| {
             l.replace_prefix(&merged, &name, now)

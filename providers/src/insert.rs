@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result, not_impl_err};
 use datafusion::datasource::sink::DataSink;
+use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
@@ -254,10 +255,11 @@ pub(crate) async fn upload_segment(
     url: &str,
     prefix: &ObjectPath,
     name: &str,
+    memory: &Arc<dyn MemoryPool>,
 ) -> Result<ObjectPath> {
     let seg_prefix = prefix.clone().join(name);
-    crate::upload::upload_table(staged, store, &format!("{url}/{name}"), &seg_prefix, false)
-        .await?;
+    let seg_url = format!("{url}/{name}");
+    crate::upload::upload_table(staged, store, &seg_url, &seg_prefix, false, memory).await?;
     Ok(seg_prefix)
 }
 
@@ -329,7 +331,7 @@ impl DataSink for RemoteSink {
     async fn write_all(
         &self,
         data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
+        context: &Arc<TaskContext>,
     ) -> Result<u64> {
         let remote = self.location.get();
         let url = remote.url().to_string_lossy().into_owned();
@@ -343,7 +345,8 @@ impl DataSink for RemoteSink {
         }
         let current = fetch_list(&store, &url, &prefix).await?;
         let name = current.0.next_segment_name();
-        let seg_prefix = upload_segment(&staged, &store, &url, &prefix, &name).await?;
+        let memory = context.memory_pool();
+        let seg_prefix = upload_segment(&staged, &store, &url, &prefix, &name, memory).await?;
         let overwrite = self.op == InsertOp::Overwrite;
         let now = now_secs();
         let committed = commit_remote_list(&store, &url, &prefix, current, |list| {

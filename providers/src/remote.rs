@@ -13,7 +13,10 @@ use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use object_store::ObjectStore;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::{BackoffConfig, ClientOptions, RetryConfig};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::http::HttpBuilder;
+use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
 /// Prefixes of statement options that configure an object store, not the table.
 pub const STORE_OPTION_PREFIXES: &[&str] = &["aws.", "gcp.", "azure.", "http."];
@@ -65,45 +68,112 @@ pub fn store_for(
     {
         return Ok(registered);
     }
-    let scheme = store_url.split("://").next().unwrap_or_default();
-    let store: Arc<dyn ObjectStore> = match scheme {
-        "s3" | "s3a" => {
-            let bucket = store_url.split("://").nth(1).unwrap_or_default();
-            let mut builder = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_client_options(client_options())
-                .with_retry(retry_config());
-            for (key, value) in given {
-                let Some(name) = key.strip_prefix("aws.") else {
-                    return plan_err!("option '{key}' does not apply to {store_url}");
-                };
-                let parsed: AmazonS3ConfigKey = format!("aws_{name}")
-                    .parse()
-                    .map_err(|_| DataFusionError::Plan(format!("unknown S3 option '{key}'")))?;
-                builder = builder.with_config(parsed, value.clone());
-            }
-            Arc::new(
-                builder
-                    .build()
-                    .map_err(|e| DataFusionError::Plan(format!("S3 store {store_url}: {e}")))?,
-            )
-        }
-        _ => {
-            return match env.object_store(&url) {
-                Ok(store) if options.keys().all(|k| !is_store_option(k)) => Ok(store),
-                _ => plan_err!(
-                    "no object store is registered for {store_url}; register one with \
-                     SessionContext::register_object_store (ooode builds S3 stores from \
-                     'aws.*' options itself)"
-                ),
-            };
-        }
+    let Some(store) = build_store(store_url, &given)? else {
+        return match env.object_store(&url) {
+            Ok(store) if given.is_empty() => Ok(store),
+            _ => plan_err!(
+                "no object store is registered for {store_url}; register one with \
+                 SessionContext::register_object_store (ooode builds stores for s3://, gs://, \
+                 az:// and http(s):// URLs itself)"
+            ),
+        };
     };
     env.register_object_store(url.as_ref(), store.clone());
     let mut built = BUILT.lock();
     built.retain(|(_, _, s)| s.strong_count() > 0);
     built.push((store_url.to_string(), wanted, Arc::downgrade(&store)));
     Ok(store)
+}
+
+/// The store for `store_url` built from `given` options and the environment, as datafusion-cli
+/// builds them for Parquet (`aws.*` with `AWS_*`, `gcp.*` with `GOOGLE_*`, `azure.*` with
+/// `AZURE_*`; an HTTP server needs only its URL); None for a scheme ooode cannot build.
+fn build_store(
+    store_url: &str,
+    given: &[(&String, &String)],
+) -> Result<Option<Arc<dyn ObjectStore>>> {
+    let (scheme, authority) = store_url.split_once("://").unwrap_or((store_url, ""));
+    let failed = |e: object_store::Error| DataFusionError::Plan(format!("store {store_url}: {e}"));
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" | "s3a" => {
+            let mut builder = AmazonS3Builder::from_env()
+                .with_bucket_name(authority)
+                .with_client_options(client_options())
+                .with_retry(retry_config());
+            for (key, value) in options_of(store_url, given, "aws")? {
+                let parsed: AmazonS3ConfigKey = format!("aws_{key}")
+                    .parse()
+                    .map_err(|_| unknown_option("S3", "aws", key))?;
+                builder = builder.with_config(parsed, value);
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        "gs" | "gcs" => {
+            let mut builder = GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(authority)
+                .with_client_options(client_options())
+                .with_retry(retry_config());
+            for (key, value) in options_of(store_url, given, "gcp")? {
+                let parsed: GoogleConfigKey = format!("google_{key}")
+                    .parse()
+                    .map_err(|_| unknown_option("GCS", "gcp", key))?;
+                builder = builder.with_config(parsed, value);
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        "az" | "azure" | "abfs" | "abfss" => {
+            let mut builder = MicrosoftAzureBuilder::from_env()
+                .with_url(store_url)
+                .with_client_options(client_options())
+                .with_retry(retry_config());
+            for (key, value) in options_of(store_url, given, "azure")? {
+                let parsed: AzureConfigKey = key
+                    .parse()
+                    .or_else(|_| format!("azure_{key}").parse())
+                    .map_err(|_| unknown_option("Azure", "azure", key))?;
+                builder = builder.with_config(parsed, value);
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        "http" | "https" => {
+            // The server's URL is the store; its objects are paths below it.
+            let mut builder = HttpBuilder::new()
+                .with_url(store_url)
+                .with_client_options(client_options().with_allow_http(scheme == "http"))
+                .with_retry(retry_config());
+            for (key, value) in options_of(store_url, given, "http")? {
+                let parsed: ClientConfigKey = key
+                    .parse()
+                    .map_err(|_| unknown_option("HTTP", "http", key))?;
+                builder = builder.with_config(parsed, value);
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(store))
+}
+
+/// The `prefix.*` options of `given` without their prefix; any other store option is an
+/// error (an `aws.*` option on a `gs://` table is a mistake, not something to ignore).
+fn options_of<'a>(
+    store_url: &str,
+    given: &[(&'a String, &'a String)],
+    prefix: &str,
+) -> Result<Vec<(&'a str, &'a str)>> {
+    given
+        .iter()
+        .map(
+            |(key, value)| match key.strip_prefix(prefix).and_then(|k| k.strip_prefix('.')) {
+                Some(name) => Ok((name, value.as_str())),
+                None => plan_err!("option '{key}' does not apply to {store_url}"),
+            },
+        )
+        .collect()
+}
+
+fn unknown_option(store: &str, prefix: &str, key: &str) -> DataFusionError {
+    DataFusionError::Plan(format!("unknown {store} option '{prefix}.{key}'"))
 }
 
 /// A store built from statement options: its URL, the options (sorted), the store.

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
@@ -44,12 +45,14 @@ pub async fn table_exists(
 }
 
 /// Uploads the table in `local` to `prefix` of `store` (the table URL `url`), manifest last.
+/// A file a store cannot take in parts is read whole under a reservation of `memory`.
 pub async fn upload_table(
     local: &Path,
     store: &Arc<dyn ObjectStore>,
     url: &str,
     prefix: &ObjectPath,
     replace: bool,
+    memory: &Arc<dyn MemoryPool>,
 ) -> Result<()> {
     let manifest = prefix.clone().join(MANIFEST_FILE);
     let replaced = table_exists(store, url, prefix).await?;
@@ -85,7 +88,7 @@ pub async fn upload_table(
     let mut put = Vec::new();
     for name in names.iter().filter(|n| n.as_str() != MANIFEST_FILE) {
         let object = prefix.clone().join(name.as_str());
-        if let Err(e) = put_file(store, &local.join(name), &object).await {
+        if let Err(e) = put_file(store, &local.join(name), &object, memory).await {
             put.push(object);
             return Err(undo(store, url, &put, format!("upload {name}: {e}"), replaced).await);
         }
@@ -126,11 +129,14 @@ pub async fn upload_table(
     Ok(())
 }
 
-/// Puts one file: one PUT when small, else a multipart upload (aborted on failure).
+/// Puts one file: one PUT when small, else a multipart upload (aborted on failure). A store
+/// without multipart uploads (an HTTP server) gets the whole file in one PUT, its bytes held
+/// under a reservation of `memory` (so a memory limit refuses it rather than being exceeded).
 pub async fn put_file(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     object: &ObjectPath,
+    memory: &Arc<dyn MemoryPool>,
 ) -> Result<()> {
     let io = |e: std::io::Error| DataFusionError::Execution(format!("{}: {e}", path.display()));
     let len = std::fs::metadata(path).map_err(io)?.len() as usize;
@@ -139,7 +145,18 @@ pub async fn put_file(
         store.put(object, PutPayload::from(bytes)).await?;
         return Ok(());
     }
-    let upload = store.put_multipart(object).await?;
+    let upload = match store.put_multipart(object).await {
+        Ok(upload) => upload,
+        Err(object_store::Error::NotImplemented { .. }) => {
+            let reservation =
+                MemoryConsumer::new(format!("ooode upload of {object}")).register(memory);
+            reservation.try_grow(len)?;
+            let bytes = tokio::fs::read(path).await.map_err(io)?;
+            store.put(object, PutPayload::from(bytes)).await?;
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
     let mut file = tokio::fs::File::open(path).await.map_err(io)?;
     let mut buf = vec![0u8; PART_BYTES];

@@ -414,7 +414,7 @@ impl DataSink for OoodeCopySink {
     async fn write_all(
         &self,
         data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
+        context: &Arc<TaskContext>,
     ) -> Result<u64> {
         // A table for object storage is loaded here first, then uploaded.
         let staging = match &self.dest {
@@ -443,7 +443,8 @@ impl DataSink for OoodeCopySink {
             Destination::Local(dir) => OoodeRuntime::forget_table_everywhere(dir),
             Destination::Remote { url, store, prefix } => {
                 let replace = self.options.replace;
-                crate::upload::upload_table(&staged, store, url, prefix, replace).await?;
+                let memory = context.memory_pool();
+                crate::upload::upload_table(&staged, store, url, prefix, replace, memory).await?;
                 OoodeRuntime::forget_table_everywhere(std::path::Path::new(url));
             }
         }

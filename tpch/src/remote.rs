@@ -80,6 +80,9 @@ pub struct RemoteReport {
 /// Puts the data set's tables into the bucket unless the same ones are there.
 async fn upload(data: &DataSet, store: &Arc<dyn ObjectStore>) -> Result<(), BoxError> {
     use object_store::ObjectStoreExt;
+    // S3 takes multipart uploads: nothing is held in memory whole.
+    let memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool> =
+        Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default());
     for t in &TABLES {
         let local = data.ooode_table(t.name);
         let prefix = object_store::path::Path::from(format!("ooode/{}", t.name));
@@ -91,14 +94,15 @@ async fn upload(data: &DataSet, store: &Arc<dyn ObjectStore>) -> Result<(), BoxE
         if there.as_deref() != Some(&manifest[..]) {
             eprintln!("uploading {} (ooode)", t.name);
             let url = format!("s3://{BUCKET}/ooode/{}", t.name);
-            ooode_providers::upload::upload_table(&local, store, &url, &prefix, true).await?;
+            ooode_providers::upload::upload_table(&local, store, &url, &prefix, true, &memory)
+                .await?;
         }
         let parquet = data.parquet_file(t.name);
         let object = object_store::path::Path::from(format!("parquet/{}.parquet", t.name));
         let size = std::fs::metadata(&parquet)?.len();
         if store.head(&object).await.map(|m| m.size).ok() != Some(size) {
             eprintln!("uploading {} (Parquet)", t.name);
-            ooode_providers::upload::put_file(store, &parquet, &object).await?;
+            ooode_providers::upload::put_file(store, &parquet, &object, &memory).await?;
         }
     }
     Ok(())
