@@ -223,4 +223,57 @@ mod tests {
         assert!(is_store_option("aws.endpoint"));
         assert!(!is_store_option("ooode.page_size"));
     }
+
+    fn build(url: &str, options: &[(&str, &str)]) -> Result<Option<Arc<dyn ObjectStore>>> {
+        let owned: Vec<(String, String)> = options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let given: Vec<(&String, &String)> = owned.iter().map(|(k, v)| (k, v)).collect();
+        build_store(url, &given)
+    }
+
+    #[test]
+    fn every_scheme_datafusion_cli_knows_builds_from_its_options() {
+        // Building makes no request: none of these needs a server.
+        for (url, options) in [
+            (
+                "s3://b",
+                vec![("aws.region", "eu-west-1"), ("aws.skip_signature", "true")],
+            ),
+            ("gs://b", vec![("gcp.skip_signature", "true")]),
+            ("gcs://b", vec![("gcp.base_url", "http://127.0.0.1:1")]),
+            ("az://c", vec![("azure.use_emulator", "true")]),
+            (
+                "abfs://c",
+                vec![
+                    ("azure.account_name", "a"),
+                    ("azure.skip_signature", "true"),
+                ],
+            ),
+            ("http://127.0.0.1:1", vec![("http.timeout", "1s")]),
+            ("https://example.com", vec![]),
+        ] {
+            let store = build(url, &options).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert!(store.is_some(), "{url}");
+        }
+        assert!(
+            build("foo://x", &[]).unwrap().is_none(),
+            "unknown schemes: the registry's"
+        );
+    }
+
+    #[test]
+    fn a_wrong_store_option_is_an_error_naming_it() {
+        let err = |url, options: &[(&str, &str)]| build(url, options).err().unwrap().to_string();
+        assert!(err("gs://b", &[("aws.region", "x")]).contains("'aws.region' does not apply"));
+        assert!(
+            err("az://c", &[("azure.bogus", "x")]).contains("unknown Azure option 'azure.bogus'")
+        );
+        assert!(err("gs://b", &[("gcp.bogus", "x")]).contains("unknown GCS option 'gcp.bogus'"));
+        assert!(
+            err("http://h", &[("http.bogus", "x")]).contains("unknown HTTP option 'http.bogus'")
+        );
+        assert!(err("s3://b", &[("aws.bogus", "x")]).contains("unknown S3 option 'aws.bogus'"));
+    }
 }
