@@ -20,15 +20,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
-use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use indicatif::ProgressBar;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::http::HttpBuilder;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt};
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
-use ooode_tpch::runner::query_rows;
 use ooode_tpch::tables::{TABLES, TpchTable};
+
+mod support;
+use support::stores::{check_every_column, check_queries, run, stock_on};
 
 const SF: f64 = 0.01;
 
@@ -76,22 +77,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port()
-}
-
-async fn run(ctx: &SessionContext, sql: &str) {
-    let df = ctx.sql(sql).await.unwrap_or_else(|e| panic!("{e}\n{sql}"));
-    df.collect().await.unwrap_or_else(|e| panic!("{e}\n{sql}"));
-}
-
-async fn rows(ctx: &SessionContext, sql: &str) -> Vec<String> {
-    query_rows(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{sql}"))
-}
-
-fn query(n: usize) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("queries/q{n}.sql"));
-    std::fs::read_to_string(path).unwrap()
 }
 
 fn table_options(t: &TpchTable) -> Vec<String> {
@@ -162,58 +147,14 @@ async fn check_tables_in(
         "the table is on the server, manifest and all"
     );
 
-    // Every column of every table, through the columnar copy and through the heap pages.
-    for t in &TABLES {
-        let want = rows(&ctx, &format!("SELECT * FROM src_{}", t.name)).await;
-        assert!(!want.is_empty(), "{} has rows", t.name);
-        for columnar in ["true", "false"] {
-            run(&ctx, &format!("SET ooode.columnar_scan = {columnar}")).await;
-            let got = rows(&ctx, &format!("SELECT * FROM {}", t.name)).await;
-            assert!(
-                got == want,
-                "{} differs (columnar_scan = {columnar})",
-                t.name
-            );
-        }
-    }
-    run(&ctx, "SET ooode.columnar_scan = true").await;
-
-    // Stock DataFusion on Parquet files on the same server.
-    let stock = SessionContext::new();
-    let url = ObjectStoreUrl::parse(root).unwrap();
-    stock.register_object_store(url.as_ref(), store.clone());
-    for t in &TABLES {
-        let object = format!("parquet/{}.parquet", t.name);
-        let bytes = std::fs::read(data.parquet_file(t.name)).unwrap();
-        store
-            .put(&object.as_str().into(), PutPayload::from(bytes))
-            .await
-            .unwrap();
-        let location = format!("{root}/{object}");
-        stock
-            .register_parquet(t.name, &location, ParquetReadOptions::default())
-            .await
-            .unwrap();
-    }
-    let gets = || -> u64 {
-        ooode_providers::ooode_runtime(&ctx)
-            .engines()
-            .iter()
-            .filter(|e| e.name() == "object_store")
-            .map(|e| e.metrics().snapshot().reads)
-            .sum()
-    };
-    let before = gets();
-    for n in 1..=22 {
-        let sql = query(n);
-        let want = rows(&stock, &sql).await;
-        for rule in ["never", "always", "auto"] {
-            run(&ctx, &format!("SET ooode.index_join = '{rule}'")).await;
-            let got = rows(&ctx, &sql).await;
-            assert!(got == want, "q{n} differs in {root} (index_join = {rule})");
-        }
-    }
-    assert!(gets() > before, "index plans read pages from {root}");
+    check_every_column(&ctx).await;
+    let stock = stock_on(data, root, store).await;
+    let modes = [
+        ("out_of_order", "never"),
+        ("out_of_order", "always"),
+        ("out_of_order", "auto"),
+    ];
+    check_queries(&ctx, &stock, &modes).await;
     ctx
 }
 

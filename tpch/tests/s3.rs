@@ -6,14 +6,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use indicatif::ProgressBar;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
-use ooode_tpch::runner::query_rows;
 use ooode_tpch::s3::{Latency, S3Server};
 use ooode_tpch::tables::{TABLES, TpchTable};
+
+mod support;
+use support::stores::{check_every_column, check_queries, object_gets, rows, run, stock_on};
 
 #[path = "../../examples/s3_table.rs"]
 #[allow(dead_code)]
@@ -29,26 +30,8 @@ fn server(dir: &Path, latency: Latency) -> S3Server {
     server
 }
 
-/// Runs one statement (its options may hold `;`).
-async fn run(ctx: &SessionContext, sql: &str) {
-    try_run(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{sql}"));
-}
-
 async fn try_run(ctx: &SessionContext, sql: &str) -> datafusion::common::Result<()> {
     ctx.sql(sql).await?.collect().await.map(drop)
-}
-
-async fn rows(ctx: &SessionContext, sql: &str) -> Vec<String> {
-    query_rows(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{sql}"))
-}
-
-fn query(n: usize) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("queries/q{n}.sql"));
-    std::fs::read_to_string(path).unwrap()
 }
 
 fn copy_options(t: &TpchTable, server: &S3Server) -> String {
@@ -162,68 +145,15 @@ async fn tables_in_s3_equal_their_source_and_queries_equal_stock_datafusion() {
         "{listed:?}"
     );
 
-    // Every column of every table, through the columnar copy and through the heap pages.
-    for t in &TABLES {
-        let want = rows(&ctx, &format!("SELECT * FROM src_{}", t.name)).await;
-        assert!(!want.is_empty(), "{} has rows", t.name);
-        for columnar in ["true", "false"] {
-            run(&ctx, &format!("SET ooode.columnar_scan = {columnar}")).await;
-            let got = rows(&ctx, &format!("SELECT * FROM {}", t.name)).await;
-            assert!(
-                got == want,
-                "{} differs (columnar_scan = {columnar})",
-                t.name
-            );
-        }
-    }
-    run(&ctx, "SET ooode.columnar_scan = true").await;
-
-    // Stock DataFusion on Parquet in the same bucket.
-    let stock = SessionContext::new();
-    let url = ObjectStoreUrl::parse(format!("s3://{BUCKET}")).unwrap();
-    stock.register_object_store(url.as_ref(), store.clone());
-    for t in &TABLES {
-        let object = format!("parquet/{}.parquet", t.name);
-        let bytes = std::fs::read(data.parquet_file(t.name)).unwrap();
-        store
-            .put(&object.as_str().into(), PutPayload::from(bytes))
-            .await
-            .unwrap();
-        stock
-            .register_parquet(
-                t.name,
-                &format!("s3://{BUCKET}/{object}"),
-                ParquetReadOptions::default(),
-            )
-            .await
-            .unwrap();
-    }
-    let reads = || object_gets(&ctx);
-    let before = reads();
-    for n in 1..=22 {
-        let sql = query(n);
-        let want = rows(&stock, &sql).await;
-        for (mode, rule) in [
-            ("out_of_order", "never"),
-            ("out_of_order", "always"),
-            ("out_of_order", "auto"),
-            ("in_order", "always"),
-        ] {
-            run(&ctx, &format!("SET ooode.execution_mode = '{mode}'")).await;
-            run(&ctx, &format!("SET ooode.index_join = '{rule}'")).await;
-            let got = rows(&ctx, &sql).await;
-            assert!(got == want, "q{n} differs ({mode}, index_join = {rule})");
-        }
-    }
-    assert!(reads() > before, "index plans read pages from the bucket");
-}
-
-/// Pages the context's object store engines have fetched (GETs).
-fn object_gets(ctx: &SessionContext) -> u64 {
-    engines_named(ctx, "object_store")
-        .iter()
-        .map(|e| e.metrics().snapshot().reads)
-        .sum()
+    check_every_column(&ctx).await;
+    let stock = stock_on(&data, &format!("s3://{BUCKET}"), &store).await;
+    let modes = [
+        ("out_of_order", "never"),
+        ("out_of_order", "always"),
+        ("out_of_order", "auto"),
+        ("in_order", "always"),
+    ];
+    check_queries(&ctx, &stock, &modes).await;
 }
 
 fn engines_named(ctx: &SessionContext, name: &str) -> Vec<Arc<dyn ooode::io::IoEngine>> {
