@@ -14,24 +14,22 @@
 //! registries here, so it is not tested against one (see the README).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use indicatif::ProgressBar;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::http::HttpBuilder;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt};
-use ooode_tpch::datagen::{DataSet, load_options, load_table};
-use ooode_tpch::tables::{TABLES, TpchTable};
+use ooode_tpch::datagen::DataSet;
+use ooode_tpch::tables::TABLES;
 
 mod support;
-use support::stores::{check_every_column, check_queries, run, stock_on};
-
-const SF: f64 = 0.01;
+use support::stores::{
+    check_every_column, check_queries, local_data, run, stock_on, table_options,
+};
 
 /// A server process, stopped when dropped.
 struct Server(Child);
@@ -77,27 +75,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port()
-}
-
-fn table_options(t: &TpchTable) -> Vec<String> {
-    let mut options = vec![format!(
-        "'ooode.clustering_key' '{}'",
-        t.clustering_key.join(",")
-    )];
-    if !t.indexes.is_empty() {
-        let indexes: Vec<String> = t.indexes.iter().map(|cols| cols.join(",")).collect();
-        options.push(format!("'ooode.indexes' '{}'", indexes.join(";")));
-    }
-    options
-}
-
-/// SF 0.01 loaded locally: the source of the copies and stock DataFusion's Parquet files.
-fn local_data(dir: &Path) -> DataSet {
-    let data = DataSet::new(dir, SF);
-    for t in &TABLES {
-        load_table(&data, t, load_options(t), &ProgressBar::hidden()).unwrap();
-    }
-    data
 }
 
 /// Copies every table to `<root>/ooode/<table>` (`root`: the store's URL, e.g.

@@ -14,13 +14,15 @@ use ooode_tpch::s3::{Latency, S3Server};
 use ooode_tpch::tables::{TABLES, TpchTable};
 
 mod support;
-use support::stores::{check_every_column, check_queries, object_gets, rows, run, stock_on};
+use support::stores::{
+    SF, check_every_column, check_queries, local_data, object_gets, rows, run, stock_on,
+    table_options,
+};
 
 #[path = "../../examples/s3_table.rs"]
 #[allow(dead_code)]
 mod s3_table;
 
-const SF: f64 = 0.01;
 const BUCKET: &str = "bkt";
 
 fn server(dir: &Path, latency: Latency) -> S3Server {
@@ -35,14 +37,7 @@ async fn try_run(ctx: &SessionContext, sql: &str) -> datafusion::common::Result<
 }
 
 fn copy_options(t: &TpchTable, server: &S3Server) -> String {
-    let mut options = vec![format!(
-        "'ooode.clustering_key' '{}'",
-        t.clustering_key.join(",")
-    )];
-    if !t.indexes.is_empty() {
-        let indexes: Vec<String> = t.indexes.iter().map(|cols| cols.join(",")).collect();
-        options.push(format!("'ooode.indexes' '{}'", indexes.join(";")));
-    }
+    let mut options = table_options(t);
     options.push(server.sql_options());
     options.join(", ")
 }
@@ -59,15 +54,6 @@ fn local_orders(dir: &Path) -> (DataSet, TpchTable) {
     )
     .unwrap();
     (data, orders)
-}
-
-/// Loads SF 0.01 locally (the Parquet files are the source and the baseline).
-fn local_data(dir: &Path) -> DataSet {
-    let data = DataSet::new(dir, SF);
-    for t in &TABLES {
-        load_table(&data, t, load_options(t), &ProgressBar::hidden()).unwrap();
-    }
-    data
 }
 
 /// Registers the local Parquet copy of each of `tables` as `src_<name>` (once) and copies it

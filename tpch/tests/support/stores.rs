@@ -7,10 +7,37 @@ use std::sync::Arc;
 
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use indicatif::ProgressBar;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use ooode_tpch::datagen::DataSet;
+use ooode_tpch::datagen::{DataSet, load_options, load_table};
 use ooode_tpch::runner::query_rows;
-use ooode_tpch::tables::TABLES;
+use ooode_tpch::tables::{TABLES, TpchTable};
+
+/// The scale factor of the stores' tests.
+pub const SF: f64 = 0.01;
+
+/// TPC-H at [`SF`] loaded under `dir`: the source of the copies and stock DataFusion's Parquet
+/// files.
+pub fn local_data(dir: &Path) -> DataSet {
+    let data = DataSet::new(dir, SF);
+    for t in &TABLES {
+        load_table(&data, t, load_options(t), &ProgressBar::hidden()).unwrap();
+    }
+    data
+}
+
+/// `COPY ... STORED AS OOODE` options of `t`: its clustering key and indexes.
+pub fn table_options(t: &TpchTable) -> Vec<String> {
+    let mut options = vec![format!(
+        "'ooode.clustering_key' '{}'",
+        t.clustering_key.join(",")
+    )];
+    if !t.indexes.is_empty() {
+        let indexes: Vec<String> = t.indexes.iter().map(|cols| cols.join(",")).collect();
+        options.push(format!("'ooode.indexes' '{}'", indexes.join(";")));
+    }
+    options
+}
 
 /// Runs one statement (its options may hold `;`).
 pub async fn run(ctx: &SessionContext, sql: &str) {
