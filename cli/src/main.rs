@@ -3,6 +3,7 @@
 
 mod args;
 mod shell;
+mod stores;
 
 use std::process::ExitCode;
 

@@ -20,6 +20,7 @@ use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistr
 use datafusion_cli::print_options::PrintOptions;
 
 use crate::args::{MemoryPoolKind, ShellArgs};
+use crate::stores::ShellStores;
 
 /// Memory consumers named when a query runs out of memory.
 const TOP_CONSUMERS: usize = 3;
@@ -39,7 +40,8 @@ pub async fn session(args: &ShellArgs) -> Result<(SessionContext, PrintOptions)>
         options.explain.format = ExplainFormat::Tree;
     }
     let registry = Arc::new(InstrumentedObjectStoreRegistry::new());
-    let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(registry.clone());
+    let stores = Arc::new(ShellStores::new(registry.clone()));
+    let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores);
     if let Some(limit) = args.memory_limit {
         let top = NonZeroUsize::new(TOP_CONSUMERS).expect("not zero");
         let pool: Arc<dyn MemoryPool> = match args.memory_pool {

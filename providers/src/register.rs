@@ -11,6 +11,7 @@ use ooode::config::OoodeConfig;
 use ooode::optimizer::{OoodeIndexRule, OoodeOnePipelineRule};
 
 use crate::factory::OoodeTableFactory;
+use crate::remote::{AzureKeys, HttpKeys, StoreTableOptions};
 use crate::writer::{OoodeCopyOptions, OoodeFormatFactory};
 
 /// Adds ooode to a session being built: the `OOODE` table factory, the `OOODE` file format
@@ -55,6 +56,25 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .unwrap_or_else(|| TableOptions::default_from_session_config(config.options()));
     if table_options.extensions.get::<OoodeCopyOptions>().is_none() {
         table_options.extensions.insert(OoodeCopyOptions::default());
+    }
+    // The stores ooode builds that datafusion-cli does not: their options pass its check too.
+    if table_options
+        .extensions
+        .get::<StoreTableOptions<AzureKeys>>()
+        .is_none()
+    {
+        table_options
+            .extensions
+            .insert(StoreTableOptions::<AzureKeys>::default());
+    }
+    if table_options
+        .extensions
+        .get::<StoreTableOptions<HttpKeys>>()
+        .is_none()
+    {
+        table_options
+            .extensions
+            .insert(StoreTableOptions::<HttpKeys>::default());
     }
     let mut functions = builder
         .table_functions()

@@ -176,6 +176,91 @@ fn unknown_option(store: &str, prefix: &str, key: &str) -> DataFusionError {
     DataFusionError::Plan(format!("unknown {store} option '{prefix}.{key}'"))
 }
 
+/// Table options of one object store's prefix (`azure.*`, `http.*`): tools that apply a
+/// statement's options to the session's table options before planning (datafusion-cli
+/// does, and it knows only `aws.*` and `gcp.*`) then accept them. Each key is checked
+/// against object_store's keys; the store itself is built from the statement's options.
+#[derive(Debug, Clone, Default)]
+pub struct StoreTableOptions<S: StoreKeys> {
+    values: std::collections::BTreeMap<String, String>,
+    _store: std::marker::PhantomData<S>,
+}
+
+/// The keys of one store's options.
+pub trait StoreKeys: std::fmt::Debug + Clone + Default + Send + Sync + 'static {
+    /// The options' prefix, without the dot.
+    const PREFIX: &'static str;
+    /// Whether `key` (without the prefix) is an option of the store.
+    fn known(key: &str) -> bool;
+}
+
+/// `azure.*`: any [`AzureConfigKey`].
+#[derive(Debug, Clone, Default)]
+pub struct AzureKeys;
+
+impl StoreKeys for AzureKeys {
+    const PREFIX: &'static str = "azure";
+    fn known(key: &str) -> bool {
+        key.parse::<AzureConfigKey>().is_ok()
+            || format!("azure_{key}").parse::<AzureConfigKey>().is_ok()
+    }
+}
+
+/// `http.*`: any HTTP client option ([`ClientConfigKey`]).
+#[derive(Debug, Clone, Default)]
+pub struct HttpKeys;
+
+impl StoreKeys for HttpKeys {
+    const PREFIX: &'static str = "http";
+    fn known(key: &str) -> bool {
+        key.parse::<ClientConfigKey>().is_ok()
+    }
+}
+
+impl<S: StoreKeys> datafusion::common::config::ConfigExtension for StoreTableOptions<S> {
+    const PREFIX: &'static str = S::PREFIX;
+}
+
+impl<S: StoreKeys> datafusion::common::config::ExtensionOptions for StoreTableOptions<S> {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn datafusion::common::config::ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let key = key
+            .strip_prefix(S::PREFIX)
+            .and_then(|k| k.strip_prefix('.'))
+            .unwrap_or(key);
+        if !S::known(key) {
+            return Err(DataFusionError::Configuration(format!(
+                "unknown object store option '{}.{key}'",
+                S::PREFIX
+            )));
+        }
+        self.values.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    fn entries(&self) -> Vec<datafusion::common::config::ConfigEntry> {
+        self.values
+            .iter()
+            .map(|(k, v)| datafusion::common::config::ConfigEntry {
+                key: format!("{}.{k}", S::PREFIX),
+                value: Some(v.clone()),
+                description: "an object store option",
+            })
+            .collect()
+    }
+}
+
 /// A store built from statement options: its URL, the options (sorted), the store.
 type Built = (
     String,

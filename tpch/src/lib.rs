@@ -17,6 +17,7 @@ pub mod runner;
 pub mod s3;
 pub mod scale;
 pub mod segments;
+pub mod servers;
 pub mod svg;
 pub mod tables;
 

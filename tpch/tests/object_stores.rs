@@ -13,10 +13,7 @@
 //! without them the tests fail saying so. `gs://` has no server installable from the package
 //! registries here, so it is not tested against one (see the README).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -24,58 +21,13 @@ use object_store::azure::MicrosoftAzureBuilder;
 use object_store::http::HttpBuilder;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt};
 use ooode_tpch::datagen::DataSet;
+use ooode_tpch::servers;
 use ooode_tpch::tables::TABLES;
 
 mod support;
 use support::stores::{
     check_every_column, check_queries, local_data, run, stock_on, table_options,
 };
-
-/// A server process, stopped when dropped.
-struct Server(Child);
-
-impl Server {
-    /// Starts `program` with `args`; returns once it accepts connections on `port`.
-    fn start(program: &str, args: &[&str], port: u16, install: &str) -> Self {
-        let child = Command::new(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start `{program}` ({e}); install it with `{install}` (.ci/run does)")
-            });
-        let mut server = Self(child);
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            if let Ok(Some(status)) = server.0.try_wait() {
-                panic!("`{program}` exited at start ({status}); is port {port} taken?");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "`{program}` did not listen in 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        server
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A port nobody listens on now (bound, read and let go; the server binds it right after).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
 
 /// Copies every table to `<root>/ooode/<table>` (`root`: the store's URL, e.g.
 /// `az://container`) with the store `options` (SQL, may be empty), opens it from there, and
@@ -139,32 +91,8 @@ async fn check_tables_in(
 async fn tables_on_an_http_server_equal_their_source_and_queries_equal_stock_datafusion() {
     let dir = tempfile::tempdir().unwrap();
     let data = local_data(&dir.path().join("local"));
-    let root = dir.path().join("dav");
-    std::fs::create_dir_all(&root).unwrap();
-    // A thread per connection: enough for every read ooode keeps in flight (256 by default),
-    // and a backlog for them all, or connections beyond them wait until requests time out.
-    let config = dir.path().join("wsgidav.yaml");
-    std::fs::write(
-        &config,
-        "server_args:\n  numthreads: 600\n  request_queue_size: 1024\n",
-    )
-    .unwrap();
-    let port = free_port();
-    let args = [
-        "-c",
-        config.to_str().unwrap(),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        &port.to_string(),
-        "--root",
-        root.to_str().unwrap(),
-        "--auth",
-        "anonymous",
-        "-q",
-    ];
-    let _server = Server::start("wsgidav", &args, port, "pip install wsgidav cheroot");
-    let url = format!("http://127.0.0.1:{port}");
+    let server = servers::webdav(&dir.path().join("dav")).unwrap();
+    let url = server.url.clone();
     let store: Arc<dyn ObjectStore> = Arc::new(
         HttpBuilder::new()
             .with_url(&url)
@@ -203,72 +131,11 @@ async fn tables_on_an_http_server_equal_their_source_and_queries_equal_stock_dat
     ));
 }
 
-/// Azurite's well-known development account (public, documented by Microsoft).
-const AZURITE_ACCOUNT: &str = "devstoreaccount1";
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-/// The port object_store's emulator mode connects to (without `AZURITE_BLOB_STORAGE_URL`).
-const AZURITE_PORT: u16 = 10000;
-
-/// Creates blob container `name` in Azurite: object_store has no call for it, so one signed
-/// request (Shared Key, as Azure documents it) made here.
-fn create_container(name: &str) {
-    use base64::Engine;
-    use hmac::{KeyInit, Mac};
-    use std::io::{Read, Write};
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
-    let version = "2021-08-06";
-    // VERB, eleven empty standard headers, the x-ms-* headers, then the resource (the
-    // emulator's path holds the account once more).
-    let to_sign = format!(
-        "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n\
-         /{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container"
-    );
-    let mut mac =
-        hmac::Hmac::<sha2::Sha256>::new_from_slice(&b64.decode(AZURITE_KEY).unwrap()).unwrap();
-    mac.update(to_sign.as_bytes());
-    let signature = b64.encode(mac.finalize().into_bytes());
-    let request = format!(
-        "PUT /{AZURITE_ACCOUNT}/{name}?restype=container HTTP/1.1\r\n\
-         Host: 127.0.0.1:{AZURITE_PORT}\r\nx-ms-date: {date}\r\nx-ms-version: {version}\r\n\
-         Authorization: SharedKey {AZURITE_ACCOUNT}:{signature}\r\nContent-Length: 0\r\n\
-         Connection: close\r\n\r\n"
-    );
-    let mut stream = TcpStream::connect(("127.0.0.1", AZURITE_PORT)).unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    assert!(
-        response.starts_with("HTTP/1.1 201"),
-        "create container {name}: {response}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_in_azure_blob_storage_equal_their_source_and_queries_equal_stock_datafusion() {
     let dir = tempfile::tempdir().unwrap();
     let data = local_data(&dir.path().join("local"));
-    let blobs = dir.path().join("azurite");
-    std::fs::create_dir_all(&blobs).unwrap();
-    let args = [
-        "--blobHost",
-        "127.0.0.1",
-        "--blobPort",
-        &AZURITE_PORT.to_string(),
-        "--location",
-        blobs.to_str().unwrap(),
-        "--silent",
-        "--skipApiVersionCheck",
-        "--disableTelemetry",
-    ];
-    let _server = Server::start(
-        "azurite-blob",
-        &args,
-        AZURITE_PORT,
-        "npm install -g azurite",
-    );
-    create_container("ctr");
+    let _server = servers::azurite(&dir.path().join("azurite"), "ctr").unwrap();
     let store: Arc<dyn ObjectStore> = Arc::new(
         MicrosoftAzureBuilder::new()
             .with_use_emulator(true)
