@@ -106,56 +106,16 @@ pub async fn run_sql(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
 }
 
 /// Runs `sql` within `limit`: seconds and result rows (see [`query_rows`]), or None (and no
-/// rows) when it ran past the limit. A session in order runs on one thread (see
-/// [`on_one_thread`]).
+/// rows) when it ran past the limit.
 pub async fn timed_rows(
     ctx: &SessionContext,
     sql: &str,
     limit: std::time::Duration,
 ) -> Result<(Option<f64>, Vec<String>), BoxError> {
-    let run = async {
-        let start = Instant::now();
-        match tokio::time::timeout(limit, query_rows(ctx, sql)).await {
-            Ok(rows) => Ok::<_, BoxError>((Some(start.elapsed().as_secs_f64()), rows?)),
-            Err(_) => Ok((None, Vec::new())),
-        }
-    };
-    match in_order(ctx) {
-        true => on_one_thread(run).await,
-        false => run.await,
-    }
-}
-
-/// Whether `ctx` runs ooode in order.
-fn in_order(ctx: &SessionContext) -> bool {
-    ctx.state()
-        .config()
-        .options()
-        .extensions
-        .get::<ooode::config::OoodeConfig>()
-        .is_some_and(|c| c.execution_mode == ooode::config::ExecutionMode::InOrder)
-}
-
-/// The runtime in-order runs are driven on: one thread, the caller's.
-static ONE_THREAD: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime starts")
-});
-
-/// Drives `work` and every task it spawns (DataFusion's and ooode's) on the calling thread.
-///
-/// The in-order baseline is the paper's synchronous engine: one read at a time, and the work
-/// between reads on the thread that read. On the benchmark's two workers the query's tasks
-/// were handed between a worker blocked in `pread` and the other one; on one thread the
-/// Fig. 4 chain at 10 % ran 9 % faster cold (README). Out of order keeps both workers. Outside
-/// a multi-threaded runtime (nothing to hand over to) `work` runs as it is.
-pub async fn on_one_thread<T>(work: impl std::future::Future<Output = T>) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| ONE_THREAD.block_on(work)),
-        _ => work.await,
+    let start = Instant::now();
+    match tokio::time::timeout(limit, query_rows(ctx, sql)).await {
+        Ok(rows) => Ok((Some(start.elapsed().as_secs_f64()), rows?)),
+        Err(_) => Ok((None, Vec::new())),
     }
 }
 
@@ -402,34 +362,4 @@ pub fn format_runs(runs: &[QueryRun]) -> String {
         p / o.max(1e-9)
     );
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn in_order_work_and_its_tasks_run_on_the_calling_thread() {
-        let caller = std::thread::current().id();
-        let threads = on_one_thread(async {
-            let spawned: Vec<_> = (0..8)
-                .map(|_| {
-                    tokio::spawn(async {
-                        tokio::task::yield_now().await;
-                        std::thread::current().id()
-                    })
-                })
-                .collect();
-            let mut ids = vec![std::thread::current().id()];
-            for task in spawned {
-                ids.push(task.await.unwrap());
-            }
-            ids
-        })
-        .await;
-        assert!(
-            threads.iter().all(|&t| t == caller),
-            "{threads:?} vs {caller:?}"
-        );
-    }
 }
