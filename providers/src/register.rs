@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use datafusion::common::config::TableOptions;
+use datafusion::common::config::{ConfigExtension, TableOptions};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -54,28 +54,10 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .table_options()
         .take()
         .unwrap_or_else(|| TableOptions::default_from_session_config(config.options()));
-    if table_options.extensions.get::<OoodeCopyOptions>().is_none() {
-        table_options.extensions.insert(OoodeCopyOptions::default());
-    }
+    add_default::<OoodeCopyOptions>(&mut table_options);
     // The stores ooode builds that datafusion-cli does not: their options pass its check too.
-    if table_options
-        .extensions
-        .get::<StoreTableOptions<AzureKeys>>()
-        .is_none()
-    {
-        table_options
-            .extensions
-            .insert(StoreTableOptions::<AzureKeys>::default());
-    }
-    if table_options
-        .extensions
-        .get::<StoreTableOptions<HttpKeys>>()
-        .is_none()
-    {
-        table_options
-            .extensions
-            .insert(StoreTableOptions::<HttpKeys>::default());
-    }
+    add_default::<StoreTableOptions<AzureKeys>>(&mut table_options);
+    add_default::<StoreTableOptions<HttpKeys>>(&mut table_options);
     let mut functions = builder
         .table_functions()
         .take()
@@ -94,6 +76,13 @@ pub fn with_ooode(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .with_physical_optimizer_rules(rules)
         .with_table_factory("OOODE".into(), Arc::new(OoodeTableFactory))
         .with_table_function_list(functions)
+}
+
+/// Adds a default `T` to `options` unless one is there.
+fn add_default<T: ConfigExtension + Default>(options: &mut TableOptions) {
+    if options.extensions.get::<T>().is_none() {
+        options.extensions.insert(T::default());
+    }
 }
 
 /// A SessionContext with DataFusion's default features and ooode.

@@ -127,10 +127,8 @@ fn build_store(
                 .with_client_options(client_options())
                 .with_retry(retry_config());
             for (key, value) in options_of(store_url, given, "azure")? {
-                let parsed: AzureConfigKey = key
-                    .parse()
-                    .or_else(|_| format!("azure_{key}").parse())
-                    .map_err(|_| unknown_option("Azure", "azure", key))?;
+                let parsed =
+                    AzureKeys::parse(key).ok_or_else(|| unknown_option("Azure", "azure", key))?;
                 builder = builder.with_config(parsed, value);
             }
             Arc::new(builder.build().map_err(failed)?)
@@ -142,9 +140,8 @@ fn build_store(
                 .with_client_options(client_options().with_allow_http(scheme == "http"))
                 .with_retry(retry_config());
             for (key, value) in options_of(store_url, given, "http")? {
-                let parsed: ClientConfigKey = key
-                    .parse()
-                    .map_err(|_| unknown_option("HTTP", "http", key))?;
+                let parsed =
+                    HttpKeys::parse(key).ok_or_else(|| unknown_option("HTTP", "http", key))?;
                 builder = builder.with_config(parsed, value);
             }
             Arc::new(builder.build().map_err(failed)?)
@@ -190,8 +187,10 @@ pub struct StoreTableOptions<S: StoreKeys> {
 pub trait StoreKeys: std::fmt::Debug + Clone + Default + Send + Sync + 'static {
     /// The options' prefix, without the dot.
     const PREFIX: &'static str;
-    /// Whether `key` (without the prefix) is an option of the store.
-    fn known(key: &str) -> bool;
+    /// object_store's key.
+    type Key;
+    /// The store's key named `key` (without the prefix), if it has one.
+    fn parse(key: &str) -> Option<Self::Key>;
 }
 
 /// `azure.*`: any [`AzureConfigKey`].
@@ -200,9 +199,9 @@ pub struct AzureKeys;
 
 impl StoreKeys for AzureKeys {
     const PREFIX: &'static str = "azure";
-    fn known(key: &str) -> bool {
-        key.parse::<AzureConfigKey>().is_ok()
-            || format!("azure_{key}").parse::<AzureConfigKey>().is_ok()
+    type Key = AzureConfigKey;
+    fn parse(key: &str) -> Option<AzureConfigKey> {
+        key.parse().or_else(|_| format!("azure_{key}").parse()).ok()
     }
 }
 
@@ -212,8 +211,9 @@ pub struct HttpKeys;
 
 impl StoreKeys for HttpKeys {
     const PREFIX: &'static str = "http";
-    fn known(key: &str) -> bool {
-        key.parse::<ClientConfigKey>().is_ok()
+    type Key = ClientConfigKey;
+    fn parse(key: &str) -> Option<ClientConfigKey> {
+        key.parse().ok()
     }
 }
 
@@ -239,7 +239,7 @@ impl<S: StoreKeys> datafusion::common::config::ExtensionOptions for StoreTableOp
             .strip_prefix(S::PREFIX)
             .and_then(|k| k.strip_prefix('.'))
             .unwrap_or(key);
-        if !S::known(key) {
+        if S::parse(key).is_none() {
             return Err(DataFusionError::Configuration(format!(
                 "unknown object store option '{}.{key}'",
                 S::PREFIX
