@@ -34,6 +34,16 @@ pub enum Command {
         /// Table directory.
         dir: PathBuf,
     },
+    /// Serves this machine's shards of sharded tables to a coordinator (`ooode --workers`):
+    /// loads them, and runs the query stages that read them.
+    Worker {
+        /// Address to listen on, `host:port`; coordinators name the worker by it.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Directory holding this worker's shards (created if missing).
+        #[arg(long)]
+        data: PathBuf,
+    },
 }
 
 /// The SQL shell's arguments.
@@ -79,6 +89,11 @@ pub struct ShellArgs {
     /// Highlight SQL in the REPL.
     #[arg(long)]
     pub color: bool,
+
+    /// Run as the coordinator of these workers (`host:port,...`, each an `ooode worker`):
+    /// sharded tables load onto them and their stages run there.
+    #[arg(long, value_delimiter = ',')]
+    pub workers: Vec<String>,
 }
 
 /// How queries share the memory limit.
@@ -119,11 +134,24 @@ mod tests {
         assert!(cli.shell.quiet);
         let cli = Cli::try_parse_from(["ooode", "compact", "/tmp/t"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Compact { .. })));
+        let cli = Cli::try_parse_from(["ooode", "--workers", "127.0.0.1:1,127.0.0.1:2"]).unwrap();
+        assert_eq!(cli.shell.workers, ["127.0.0.1:1", "127.0.0.1:2"]);
+        let cli = Cli::try_parse_from([
+            "ooode",
+            "worker",
+            "--listen",
+            "127.0.0.1:7001",
+            "--data",
+            "/tmp/w",
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, Some(Command::Worker { .. })));
         for bad in [
             vec!["ooode", "-m", "lots"],
             vec!["ooode", "-c", " "],
             vec!["ooode", "-b", "0"],
             vec!["ooode", "-q", "compact", "/tmp/t"],
+            vec!["ooode", "worker", "--listen", "nowhere", "--data", "/tmp/w"],
         ] {
             assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
         }

@@ -34,6 +34,7 @@ async fn main() -> ExitCode {
     let done = match cli.command {
         None => shell::run(cli.shell).await,
         Some(Command::Compact { dir }) => compact(&dir).await,
+        Some(Command::Worker { listen, data }) => worker(listen, data).await,
     };
     match done {
         Ok(()) => ExitCode::SUCCESS,
@@ -42,6 +43,23 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `ooode worker --listen ADDR --data DIR`: serves until interrupted (Ctrl-C, SIGTERM).
+async fn worker(
+    listen: std::net::SocketAddr,
+    data: std::path::PathBuf,
+) -> datafusion::common::Result<()> {
+    eprintln!("ooode worker on {listen}, shards in {}", data.display());
+    let stop = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    ooode_distributed::serve(listen, data, stop).await
 }
 
 /// `ooode compact DIR`.

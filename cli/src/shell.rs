@@ -54,12 +54,14 @@ pub async fn session(args: &ShellArgs) -> Result<(SessionContext, PrintOptions)>
         };
         runtime = runtime.with_memory_pool(pool);
     }
-    let state = ooode_providers::with_ooode(
-        SessionStateBuilder::new()
-            .with_config(config)
-            .with_runtime_env(runtime.build_arc()?)
-            .with_default_features(),
-    )
+    let builder = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime.build_arc()?)
+        .with_default_features();
+    let state = match args.workers.as_slice() {
+        [] => ooode_providers::with_ooode(builder),
+        workers => ooode_distributed::with_ooode_distributed(builder, workers)?,
+    }
     .build();
     // `SELECT * FROM 'file.parquet'` and `'s3://...'` work as in datafusion-cli.
     let ctx = SessionContext::new_with_state(state).enable_url_table();

@@ -45,7 +45,14 @@ const KEYS: &[&str] = &[
     "ooode.data_paths",
     "ooode.stripe_unit",
     "ooode.replace",
+    "ooode.shards",
+    "ooode.workers",
+    "ooode.distribution_key",
 ];
+
+/// The options of a sharded load: taken by ooode-distributed's `COPY` (a session built with
+/// its `with_ooode_distributed`), an error anywhere else.
+pub const SHARD_KEYS: &[&str] = &["ooode.shards", "ooode.workers", "ooode.distribution_key"];
 
 /// The `ooode.` options of `COPY ... STORED AS OOODE OPTIONS (...)` as a table options
 /// extension. The writer reads the options from the COPY statement itself; this extension lets
@@ -137,6 +144,13 @@ pub fn load_options(options: &HashMap<String, String>) -> Result<LoadOptions> {
                         return plan_err!("ooode.replace must be true or false, not '{other}'");
                     }
                 }
+            }
+            other if SHARD_KEYS.contains(&other) => {
+                return plan_err!(
+                    "option '{other}' loads a sharded table, which needs workers: start the \
+                     shell with --workers host:port,... or build the session with \
+                     ooode_distributed::with_ooode_distributed"
+                );
             }
             other => {
                 return plan_err!(
@@ -309,8 +323,9 @@ impl FileFormat for OoodeFormat {
     }
 }
 
-/// Validates schema and options by starting a writer in a scratch directory.
-fn check_options(schema: SchemaRef, options: &LoadOptions) -> Result<()> {
+/// Validates schema and load options (before any row is read) by starting a writer in a
+/// scratch directory.
+pub fn check_options(schema: SchemaRef, options: &LoadOptions) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!(
         "ooode-probe-{}-{}",
         std::process::id(),

@@ -1,0 +1,184 @@
+//! The coordinator's query planner, around datafusion-distributed's: `EXPLAIN` shows the
+//! distributed plan (its stages, their tasks, and the worker of each shard read), and a query
+//! that fails because a worker went away says which one.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::display::{PlanType, StringifiedPlan};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::explain::ExplainExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion_distributed::{DistributedExec, display_plan_ascii};
+use futures::StreamExt;
+
+/// See the module docs.
+pub struct OoodeDistributedPlanner {
+    inner: Arc<dyn QueryPlanner + Send + Sync>,
+    workers: Vec<String>,
+}
+
+impl OoodeDistributedPlanner {
+    /// Around `inner` (the distributed planner), for a session of `workers`.
+    pub fn new(inner: Arc<dyn QueryPlanner + Send + Sync>, workers: Vec<String>) -> Self {
+        Self { inner, workers }
+    }
+}
+
+impl fmt::Debug for OoodeDistributedPlanner {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "OoodeDistributedPlanner({:?})", self.workers)
+    }
+}
+
+#[async_trait]
+impl QueryPlanner for OoodeDistributedPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let LogicalPlan::Explain(explain) = logical_plan
+            && !explain.verbose
+        {
+            let plan = self
+                .inner
+                .create_physical_plan(&explain.plan, session)
+                .await?;
+            if plan.is::<DistributedExec>() {
+                let mut rows: Vec<StringifiedPlan> = explain
+                    .stringified_plans
+                    .iter()
+                    .filter(|p| p.plan_type == PlanType::FinalLogicalPlan)
+                    .cloned()
+                    .collect();
+                rows.push(StringifiedPlan::new(
+                    PlanType::FinalPhysicalPlan,
+                    display_plan_ascii(plan.as_ref(), false),
+                ));
+                return Ok(Arc::new(ExplainExec::new(
+                    Arc::new(explain.schema.as_arrow().clone()),
+                    rows,
+                    false,
+                )));
+            }
+        }
+        let plan = self
+            .inner
+            .create_physical_plan(logical_plan, session)
+            .await?;
+        if plan.is::<DistributedExec>() {
+            return Ok(Arc::new(NamesLostWorkers::new(plan, self.workers.clone())));
+        }
+        Ok(plan)
+    }
+}
+
+/// Above a distributed plan: when the query fails, the workers that no longer answer are
+/// named in its error (the transport's own error names none).
+#[derive(Debug)]
+struct NamesLostWorkers {
+    input: Arc<dyn ExecutionPlan>,
+    workers: Vec<String>,
+}
+
+impl NamesLostWorkers {
+    fn new(input: Arc<dyn ExecutionPlan>, workers: Vec<String>) -> Self {
+        Self { input, workers }
+    }
+}
+
+/// The workers of `workers` that do not accept a connection within a second.
+async fn unreachable(workers: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in workers {
+        let addr = w
+            .trim_start_matches("http://")
+            .trim_start_matches("https://");
+        let probe = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::net::TcpStream::connect(addr.to_string()),
+        )
+        .await;
+        if !matches!(probe, Ok(Ok(_))) {
+            out.push(w.clone());
+        }
+    }
+    out
+}
+
+impl DisplayAs for NamesLostWorkers {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "NamesLostWorkers")
+    }
+}
+
+impl ExecutionPlan for NamesLostWorkers {
+    fn name(&self) -> &str {
+        "NamesLostWorkers"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self::new(
+            children.remove(0),
+            self.workers.clone(),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let workers = self.workers.clone();
+        let stream = input.then(move |batch| {
+            let workers = workers.clone();
+            async move {
+                match batch {
+                    Ok(b) => Ok(b),
+                    Err(e) => {
+                        let lost = unreachable(&workers).await;
+                        if lost.is_empty() {
+                            Err(e)
+                        } else {
+                            Err(DataFusionError::Execution(format!(
+                                "worker {} stopped answering: {e}",
+                                lost.join(", ")
+                            )))
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}

@@ -1,0 +1,266 @@
+//! `ShardScanExec`: reads shards of a sharded table, each on the worker that holds it.
+//!
+//! The coordinator plans one over all shards; the distributed planner splits it into one
+//! variant per worker and routes each there (see [`crate::session`]). Executed where its
+//! shards are local, it plans the shard's own ooode scan with the pushed filters (so ooode's
+//! index rule picks index scans on the worker); a shard held elsewhere (a stage run on the
+//! coordinator, as with one worker) is read from its worker with an Arrow Flight `DoGet`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use datafusion::prelude::SessionConfig;
+use futures::{StreamExt, TryStreamExt};
+use ooode::storage::manifest::ColumnDef;
+use serde::{Deserialize, Serialize};
+
+use crate::shard_map::ShardEntry;
+use crate::worker::LocalShards;
+
+/// What a shard scan reads: the plan node's content, shipped to workers by the codec and in
+/// `DoGet` tickets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardScanSpec {
+    /// The table as the coordinator knows it (its directory), for messages.
+    pub table: String,
+    /// Directory name of the table in the workers' data directories.
+    pub table_id: String,
+    /// The table's columns.
+    pub columns: Vec<ColumnDef>,
+    /// The shards read, each with its worker.
+    pub shards: Vec<ShardEntry>,
+    /// Table columns output, in order.
+    pub projection: Vec<usize>,
+    /// Conjunction of the pushed filters, unqualified, as datafusion-proto bytes. DataFusion
+    /// applies them again above (they are pushed as inexact): here they choose index scans.
+    pub filter: Option<Vec<u8>>,
+    /// The filter as text, for EXPLAIN.
+    pub filter_text: Option<String>,
+    /// At most this many rows are needed (a hint: a limit above still applies).
+    pub limit: Option<usize>,
+    /// The coordinator's `ooode.*` settings, applied where the shards are read.
+    pub settings: Vec<(String, String)>,
+}
+
+impl ShardScanSpec {
+    /// The same scan restricted to `shards`.
+    pub fn with_shards(&self, shards: Vec<ShardEntry>) -> Self {
+        Self {
+            shards,
+            ..self.clone()
+        }
+    }
+
+    /// Encoded for the wire (codec, `DoGet` ticket).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self)
+            .map_err(|e| DataFusionError::Internal(format!("encode a shard scan: {e}")))
+    }
+
+    /// Decoded from [`Self::encode`]'s bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| DataFusionError::Execution(format!("not a shard scan: {e}")))
+    }
+
+    /// The projected output schema.
+    pub fn output_schema(&self) -> Result<SchemaRef> {
+        let table = self.table_schema()?;
+        Ok(Arc::new(table.project(&self.projection)?))
+    }
+
+    /// The table's schema.
+    pub fn table_schema(&self) -> Result<SchemaRef> {
+        crate::shard_map::ShardMap {
+            format_version: crate::shard_map::SHARD_MAP_VERSION,
+            table_id: self.table_id.clone(),
+            columns: self.columns.clone(),
+            distribution_key: vec![],
+            hash: crate::hash::HASH_NAME.into(),
+            row_count: 0,
+            shards: vec![],
+            created_by: String::new(),
+        }
+        .schema()
+    }
+
+    /// The filter, decoded against the functions of `ctx`.
+    pub fn filter_expr(&self, ctx: &TaskContext) -> Result<Option<Expr>> {
+        use datafusion_proto::bytes::Serializeable;
+        self.filter
+            .as_ref()
+            .map(|b| Expr::from_bytes_with_ctx(b, ctx))
+            .transpose()
+    }
+}
+
+/// Reads shards of a sharded table (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ShardScanExec {
+    spec: ShardScanSpec,
+    schema: SchemaRef,
+    /// The shards of this process, on a worker.
+    local: Option<Arc<LocalShards>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl ShardScanExec {
+    /// A scan of `spec`; `local` is the worker's own shards, if this process is a worker.
+    pub fn try_new(spec: ShardScanSpec, local: Option<Arc<LocalShards>>) -> Result<Self> {
+        let schema = spec.output_schema()?;
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            spec,
+            schema,
+            local,
+            properties,
+        })
+    }
+
+    /// What it reads.
+    pub fn spec(&self) -> &ShardScanSpec {
+        &self.spec
+    }
+}
+
+impl DisplayAs for ShardScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let shards: Vec<String> = self
+            .spec
+            .shards
+            .iter()
+            .map(|s| format!("{}@{}", s.shard, s.worker))
+            .collect();
+        let columns: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        write!(
+            f,
+            "ShardScanExec: table={}, shards=[{}], projection=[{}]",
+            self.spec.table,
+            shards.join(", "),
+            columns.join(", ")
+        )?;
+        if let Some(filter) = &self.spec.filter_text {
+            write!(f, ", filter={filter}")?;
+        }
+        if let Some(limit) = self.spec.limit {
+            write!(f, ", limit={limit}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for ShardScanExec {
+    fn name(&self) -> &str {
+        "ShardScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "ShardScanExec has one partition, asked for {partition}"
+            )));
+        }
+        let spec = self.spec.clone();
+        let local = self.local.clone();
+        let schema = self.schema.clone();
+        let config = context.session_config().clone();
+        let stream = futures::stream::once(async move { read_shards(spec, local, config).await })
+            .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream.map(move |b| b.and_then(|b| conform(&schema, b))),
+        )))
+    }
+}
+
+/// The batch with `schema` as its schema (a worker's plan may name fields with other
+/// metadata or qualifiers).
+fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.schema() == *schema {
+        return Ok(batch);
+    }
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        batch.columns().to_vec(),
+    )?)
+}
+
+/// All rows of the spec's shards: the local ones read here, the others from their workers,
+/// all at once.
+async fn read_shards(
+    spec: ShardScanSpec,
+    local: Option<Arc<LocalShards>>,
+    config: SessionConfig,
+) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+    let (here, elsewhere): (Vec<ShardEntry>, Vec<ShardEntry>) =
+        spec.shards.iter().cloned().partition(|s| {
+            local
+                .as_ref()
+                .is_some_and(|l| l.holds(&spec.table_id, s.shard))
+        });
+    let mut streams = Vec::new();
+    if let Some(local) = &local
+        && !here.is_empty()
+    {
+        streams.push(local.scan(&spec.with_shards(here), config).await?);
+    }
+    let mut by_worker: Vec<(String, Vec<ShardEntry>)> = Vec::new();
+    for s in elsewhere {
+        match by_worker.iter_mut().find(|(w, _)| *w == s.worker) {
+            Some((_, list)) => list.push(s),
+            None => by_worker.push((s.worker.clone(), vec![s])),
+        }
+    }
+    for (worker, shards) in by_worker {
+        streams.push(crate::client::fetch(&worker, &spec.with_shards(shards)).await?);
+    }
+    Ok(futures::stream::select_all(streams).boxed())
+}

@@ -1,0 +1,180 @@
+//! `ShardedTable`: a sharded ooode table as the coordinator sees it, opened from its shard
+//! map by `CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION 'dir'`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::{Column, Result, Statistics, not_impl_err, plan_err};
+use datafusion::config::ExtensionOptions;
+use datafusion::datasource::TableType;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{CreateExternalTable, Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use ooode_providers::OoodeTableFactory;
+
+use crate::scan::{ShardScanExec, ShardScanSpec};
+use crate::shard_map::ShardMap;
+
+/// A sharded table (see the module docs).
+#[derive(Debug)]
+pub struct ShardedTable {
+    dir: PathBuf,
+    map: ShardMap,
+    schema: SchemaRef,
+}
+
+impl ShardedTable {
+    /// Opens the sharded table whose shard map is in `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let map = ShardMap::read(&dir)?;
+        let schema = map.schema()?;
+        Ok(Self { dir, map, schema })
+    }
+
+    /// Its shard map.
+    pub fn shard_map(&self) -> &ShardMap {
+        &self.map
+    }
+}
+
+/// `e` with every column unqualified: the worker plans the shard as a table of its own.
+fn unqualified(e: Expr) -> Result<Expr> {
+    e.transform(|e| match e {
+        Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
+            c.name,
+        )))),
+        other => Ok(Transformed::no(other)),
+    })
+    .data()
+}
+
+/// The session's `ooode.*` settings that a query's reads follow. The buffer pool and disk
+/// cache are the worker's own (its process, its memory, its disk).
+fn query_settings(state: &dyn Session) -> Vec<(String, String)> {
+    let config = ooode_providers::provider::ooode_config(state);
+    config
+        .entries()
+        .into_iter()
+        .filter(|e| !e.key.contains("buffer_pool") && !e.key.contains("disk_cache"))
+        .filter_map(|e| Some((e.key, e.value?)))
+        .collect()
+}
+
+#[async_trait]
+impl TableProvider for ShardedTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        use datafusion_proto::bytes::Serializeable;
+        let projection = projection
+            .cloned()
+            .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        // Only filters that travel: one that cannot be serialized stays above, unpushed.
+        let shippable: Vec<Expr> = filters
+            .iter()
+            .map(|f| unqualified(f.clone()))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .filter(|f| f.to_bytes().is_ok())
+            .collect();
+        let filter = conjunction(shippable);
+        let spec = ShardScanSpec {
+            table: self.dir.display().to_string(),
+            table_id: self.map.table_id.clone(),
+            columns: self.map.columns.clone(),
+            shards: self.map.shards.clone(),
+            projection,
+            filter: filter
+                .as_ref()
+                .map(|f| f.to_bytes())
+                .transpose()?
+                .map(|b| b.to_vec()),
+            filter_text: filter.as_ref().map(|f| f.to_string()),
+            limit,
+            settings: query_settings(state),
+        };
+        Ok(Arc::new(ShardScanExec::try_new(spec, None)?))
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        let mut stats = Statistics::new_unknown(&self.schema);
+        stats.num_rows = Precision::Exact(self.map.row_count as usize);
+        Some(stats)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        _input: Arc<dyn ExecutionPlan>,
+        _insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        not_impl_err!(
+            "INSERT into a sharded ooode table is not supported yet; load it again with COPY \
+             ... OPTIONS ('ooode.replace' 'true', 'ooode.shards' ...)"
+        )
+    }
+}
+
+/// `STORED AS OOODE` in a distributed session: a directory with a shard map is a sharded
+/// table; anything else is opened as ooode opens it on one node.
+#[derive(Debug, Default)]
+pub struct ShardedTableFactory {
+    single: OoodeTableFactory,
+}
+
+#[async_trait]
+impl TableProviderFactory for ShardedTableFactory {
+    async fn create(
+        &self,
+        state: &dyn Session,
+        cmd: &CreateExternalTable,
+    ) -> Result<Arc<dyn TableProvider>> {
+        if let [location] = cmd.locations.as_slice() {
+            let dir = Path::new(location.strip_prefix("file://").unwrap_or(location));
+            if ShardMap::exists(dir) {
+                if let Some(key) = cmd.options.keys().find(|k| !k.starts_with("format.")) {
+                    return plan_err!(
+                        "unknown option '{key}' for a sharded OOODE table (its shard map says \
+                         where everything is)"
+                    );
+                }
+                let table = ShardedTable::open(dir)?;
+                let given = cmd.schema.as_arrow();
+                if !given.fields().is_empty() && given.fields() != table.schema().fields() {
+                    return plan_err!(
+                        "the column list does not match the sharded table at {location}; leave \
+                         it out: the schema comes from the table"
+                    );
+                }
+                return Ok(Arc::new(table));
+            }
+        }
+        self.single.create(state, cmd).await
+    }
+}

@@ -1,0 +1,234 @@
+//! A worker: `ooode worker --listen ADDR --data DIR`.
+//!
+//! One gRPC server on one port with two services: datafusion-distributed's worker (runs the
+//! stages the coordinator sends, ooode's codec and runtime registered), and an Arrow Flight
+//! service of ooode's own for what is not a query stage: `DoPut` loads a shard, `DoGet` reads
+//! shards for a stage run elsewhere, actions drop a table's shards and report read counters.
+//! Shards live in the data directory as `<table_id>/shard-<n>`, each an ordinary ooode table.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
+use ooode::access::OoodeRuntime;
+use ooode::config::OoodeConfig;
+use ooode_providers::OoodeTable;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::scan::ShardScanSpec;
+use crate::shard_map::valid_table_id;
+
+/// The shards of this worker process and the runtime that reads them.
+#[derive(Debug)]
+pub struct LocalShards {
+    data: PathBuf,
+    runtime: Arc<RuntimeEnv>,
+    /// Opened shards, kept: their B+tree roots and columnar footers stay cached.
+    tables: Mutex<HashMap<PathBuf, Arc<OoodeTable>>>,
+    /// Shard reads asked for by another process (`DoGet`): stages that ran elsewhere.
+    fetches: std::sync::atomic::AtomicU64,
+}
+
+/// Page reads of a worker's ooode runtime, for tests and benchmarks that check where a
+/// query read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReads {
+    /// Reads issued to the device.
+    pub reads: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Pages found in the buffer pool.
+    pub hits: u64,
+    /// Shard reads served to another process: a stage reading this worker's shards ran
+    /// elsewhere (0 when every such stage was routed here).
+    pub fetches: u64,
+}
+
+impl LocalShards {
+    /// The shards under `data`, read through `runtime`.
+    pub fn new(data: impl Into<PathBuf>, runtime: Arc<RuntimeEnv>) -> Self {
+        Self {
+            data: data.into(),
+            runtime,
+            tables: Mutex::default(),
+            fetches: Default::default(),
+        }
+    }
+
+    /// The worker's data directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// The runtime (memory pool, ooode's buffer pool and engines) of the worker.
+    pub fn runtime(&self) -> &Arc<RuntimeEnv> {
+        &self.runtime
+    }
+
+    /// Directory of a table's shard.
+    pub fn shard_dir(&self, table_id: &str, shard: u32) -> PathBuf {
+        self.data.join(table_id).join(format!("shard-{shard}"))
+    }
+
+    /// Whether this worker holds the shard.
+    pub fn holds(&self, table_id: &str, shard: u32) -> bool {
+        valid_table_id(table_id)
+            && self
+                .shard_dir(table_id, shard)
+                .join("manifest.json")
+                .exists()
+    }
+
+    /// Removes every shard of a table from this worker.
+    pub fn drop_table(&self, table_id: &str) -> Result<bool> {
+        if !valid_table_id(table_id) {
+            return Err(DataFusionError::Execution(format!(
+                "'{table_id}' is not a table id"
+            )));
+        }
+        let dir = self.data.join(table_id);
+        self.tables.lock().retain(|k, _| !k.starts_with(&dir));
+        if !dir.exists() {
+            return Ok(false);
+        }
+        OoodeRuntime::forget_table_everywhere(&dir);
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| DataFusionError::Execution(format!("remove {}: {e}", dir.display())))?;
+        Ok(true)
+    }
+
+    /// Counts a shard read asked for by another process.
+    pub fn note_fetch(&self) {
+        self.fetches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The worker's read counters so far.
+    pub fn reads(&self) -> WorkerReads {
+        let runtime = OoodeRuntime::for_env(&self.runtime);
+        let mut out = WorkerReads {
+            fetches: self.fetches.load(std::sync::atomic::Ordering::Relaxed),
+            ..Default::default()
+        };
+        for engine in runtime.engines() {
+            let s = engine.metrics().snapshot();
+            out.reads += s.reads;
+            out.bytes += s.bytes;
+            out.hits += s.hits;
+        }
+        out
+    }
+
+    /// A session on this worker's runtime with ooode, `base`'s settings and the scan's
+    /// `ooode.*` settings.
+    fn session(&self, base: SessionConfig, spec: &ShardScanSpec) -> Result<SessionContext> {
+        let mut config = base;
+        if config.options().extensions.get::<OoodeConfig>().is_none() {
+            config = config.with_option_extension(OoodeConfig::default());
+        }
+        for (key, value) in &spec.settings {
+            config.options_mut().set(key, value)?;
+        }
+        let builder = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(config)
+            .with_runtime_env(self.runtime.clone());
+        Ok(SessionContext::new_with_state(
+            ooode_providers::with_ooode(builder).build(),
+        ))
+    }
+
+    async fn open(&self, dir: PathBuf, ctx: &SessionContext) -> Result<Arc<OoodeTable>> {
+        if let Some(t) = self.tables.lock().get(&dir) {
+            return Ok(t.clone());
+        }
+        let table = Arc::new(OoodeTable::open(&dir)?);
+        table.prepare(&ctx.state()).await;
+        self.tables.lock().insert(dir, table.clone());
+        Ok(table)
+    }
+
+    /// Reads the spec's shards (all held here): each shard's own plan, made by DataFusion
+    /// and ooode's rules on this worker, so its filters become index scans where they win.
+    pub async fn scan(
+        &self,
+        spec: &ShardScanSpec,
+        base: SessionConfig,
+    ) -> Result<
+        futures::stream::BoxStream<'static, Result<datafusion::arrow::record_batch::RecordBatch>>,
+    > {
+        let ctx = self.session(base, spec)?;
+        let filter = spec.filter_expr(&ctx.task_ctx())?;
+        let schema = spec.table_schema()?;
+        let columns: Vec<Expr> = spec
+            .projection
+            .iter()
+            .map(|&i| {
+                Expr::Column(datafusion::common::Column::new_unqualified(
+                    schema.field(i).name(),
+                ))
+            })
+            .collect();
+        let mut streams: Vec<SendableRecordBatchStream> = Vec::new();
+        for shard in &spec.shards {
+            if !self.holds(&spec.table_id, shard.shard) {
+                return Err(DataFusionError::Execution(format!(
+                    "shard {} of {} is not in this worker's data directory {}",
+                    shard.shard,
+                    spec.table,
+                    self.data.display()
+                )));
+            }
+            let table = self
+                .open(self.shard_dir(&spec.table_id, shard.shard), &ctx)
+                .await?;
+            let mut df = ctx.read_table(table)?;
+            if let Some(f) = &filter {
+                df = df.filter(f.clone())?;
+            }
+            df = df.select(columns.clone())?;
+            if let Some(n) = spec.limit {
+                df = df.limit(0, Some(n))?;
+            }
+            streams.push(df.execute_stream().await?);
+        }
+        Ok(futures::stream::select_all(streams).boxed())
+    }
+}
+
+/// Runs a worker on `listen` over the shards in `data` until `shutdown` completes.
+pub async fn serve(
+    listen: SocketAddr,
+    data: PathBuf,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
+    std::fs::create_dir_all(&data).map_err(|e| {
+        DataFusionError::Execution(format!("create the data directory {}: {e}", data.display()))
+    })?;
+    let runtime = Arc::new(RuntimeEnv::default());
+    let shards = Arc::new(LocalShards::new(data, runtime.clone()));
+    let worker =
+        datafusion_distributed::Worker::from_session_builder(crate::session::WorkerSession {
+            shards: shards.clone(),
+        })
+        .with_runtime_env(runtime);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("listen on {listen}: {e}")))?;
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tonic::transport::Server::builder()
+        .add_service(worker.into_worker_server())
+        .add_service(crate::service::flight_server(shards))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("worker on {listen}: {e}")))
+}
