@@ -196,7 +196,7 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
     for n in 1..=22 {
         let sql = query(n);
         let want = rows(&one_node, &sql).await;
-        for rule in ["auto", "never"] {
+        for rule in ["auto", "always", "never"] {
             run(&ctx, &format!("SET ooode.index_join = '{rule}'")).await;
             let got = rows(&ctx, &sql).await;
             assert!(
@@ -205,16 +205,16 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
             );
         }
     }
-    for n in [1, 15, 150, 1500] {
-        let sql = fig4_sql(n);
-        assert_eq!(
-            rows(&ctx, &sql).await,
-            rows(&one_node, &sql).await,
-            "Fig. 4 at N = {n}"
-        );
+    for rule in ["auto", "always", "never"] {
+        run(&ctx, &format!("SET ooode.index_join = '{rule}'")).await;
+        for n in [1, 15, 150, 1500] {
+            let sql = fig4_sql(n);
+            let want = rows(&one_node, &sql).await;
+            assert_eq!(rows(&ctx, &sql).await, want, "Fig. 4 at N = {n} ({rule})");
+        }
     }
-    // Every worker read its own shards' pages, each in a stage routed to it: no worker
-    // had to serve its shards to a stage running elsewhere.
+    // Every worker read its own shards' pages, each scan in a stage routed to it: no worker
+    // had to serve a scan of its shards to a stage running elsewhere (lookups aside).
     let after = reads(&workers).await;
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
         assert!(
@@ -226,6 +226,46 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
             "worker {i} served shards to another process"
         );
     }
+
+    // A selective Fig. 4 point joins through lookups on the shards' indexes: orders by its
+    // o_custkey index (every shard: orders is sharded on o_orderkey), lineitem by its
+    // clustering key (the key's shard only: lineitem is sharded on it).
+    run(&ctx, "SET ooode.index_join = 'auto'").await;
+    let explain = rows(&ctx, &format!("EXPLAIN {}", fig4_sql(1)))
+        .await
+        .join("\n");
+    assert_eq!(
+        explain.matches("ShardLookupJoinExec").count(),
+        2,
+        "{explain}"
+    );
+    assert!(explain.contains("lookups=to the key's shard"), "{explain}");
+    assert!(explain.contains("lookups=to every shard"), "{explain}");
+    let lookups: u64 = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.lookups - b.lookups)
+        .sum();
+    assert!(lookups > 0, "the index plans looked rows up on the workers");
+    // Both in the workers' stage of customer's scan: no lookup runs on the coordinator.
+    let head = explain.split("Stage 1 ").next().unwrap();
+    assert!(!head.contains("ShardLookupJoinExec"), "{explain}");
+
+    // orders and lineitem are both sharded on the order key, alike: each order's lines are
+    // on its own worker, so a lookup join of them stays in the worker's process.
+    run(&ctx, "SET ooode.index_join = 'always'").await;
+    let colocated = "SELECT COUNT(*), SUM(l_quantity) FROM orders JOIN lineitem \
+                     ON o_orderkey = l_orderkey WHERE o_orderdate < DATE '1992-03-01'";
+    let want = rows(&one_node, colocated).await;
+    let before = reads(&workers).await;
+    assert_eq!(rows(&ctx, colocated).await, want);
+    let after = reads(&workers).await;
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(a.lookups, b.lookups, "worker {i} was asked for lookups");
+    }
+    let explain = rows(&ctx, &format!("EXPLAIN {colocated}")).await.join("\n");
+    assert!(explain.contains("lookups=to the key's shard"), "{explain}");
+    run(&ctx, "SET ooode.index_join = 'auto'").await;
 
     // EXPLAIN shows the stages, their tasks and the worker of every shard read.
     let explain = rows(&ctx, &format!("EXPLAIN {}", query(3)))

@@ -20,11 +20,14 @@ pub mod client;
 pub mod codec;
 pub mod hash;
 pub mod load;
+pub mod lookup;
 pub mod planner;
+pub mod rule;
 pub mod scan;
 pub mod service;
 pub mod session;
 pub mod shard_map;
+pub mod stats;
 pub mod table;
 pub mod worker;
 

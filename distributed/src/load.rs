@@ -72,6 +72,8 @@ struct ShardedLoad {
     distribution_key: Vec<String>,
     /// The `ooode.*` options each shard's load takes (clustering key, indexes, ...).
     shard_options: HashMap<String, String>,
+    clustering_key: Vec<String>,
+    indexes: Vec<Vec<String>>,
     replace: bool,
 }
 
@@ -132,7 +134,9 @@ impl ShardedFormat {
         let distribution_key = match key {
             Some(k) if !k.is_empty() => k,
             Some(_) => return plan_err!("ooode.distribution_key names no column"),
-            None if !load.clustering_key.is_empty() => load.clustering_key.clone(),
+            // The leading clustering column: a key's rows (all lines of an order) stay in one
+            // shard, so lookups by it go to one worker.
+            None if !load.clustering_key.is_empty() => load.clustering_key[..1].to_vec(),
             None => {
                 return plan_err!(
                     "a sharded table needs a distribution key: give ooode.distribution_key \
@@ -147,6 +151,8 @@ impl ShardedFormat {
                 workers,
                 distribution_key,
                 shard_options,
+                clustering_key: load.clustering_key.clone(),
+                indexes: load.indexes.clone(),
                 replace: load.replace,
             },
         })
@@ -312,7 +318,7 @@ impl ShardedSink {
         &self,
         mut data: SendableRecordBatchStream,
         table_id: &str,
-    ) -> Result<Vec<(u64, u64)>> {
+    ) -> Result<(Vec<(u64, u64)>, Vec<crate::stats::ColumnStats>)> {
         let shards = self.load.shards;
         let columns = ShardMap::columns_of(&self.schema);
         let mut senders = Vec::new();
@@ -334,6 +340,7 @@ impl ShardedSink {
             }));
         }
         let mut sent = vec![0u64; shards as usize];
+        let mut stats = crate::stats::StatsBuilder::new(self.schema.fields().len());
         let mut failure = None;
         'input: while let Some(batch) = data.next().await {
             let batch = match batch {
@@ -343,6 +350,7 @@ impl ShardedSink {
                     break;
                 }
             };
+            stats.add(batch.columns());
             let key: Vec<ArrayRef> = self
                 .key_columns
                 .iter()
@@ -391,7 +399,7 @@ impl ShardedSink {
         if !errors.is_empty() {
             return Err(DataFusionError::Execution(errors.join("; ")));
         }
-        Ok(sent.into_iter().zip(answers).collect())
+        Ok((sent.into_iter().zip(answers).collect(), stats.finish()))
     }
 
     /// Removes this load's shards from every worker; what could not be removed, if anything.
@@ -422,7 +430,7 @@ impl DataSink for ShardedSink {
         _context: &Arc<TaskContext>,
     ) -> Result<u64> {
         let table_id = new_table_id(&self.dest);
-        let counts = match self.send(data, &table_id).await {
+        let (counts, column_stats) = match self.send(data, &table_id).await {
             Ok(c) => c,
             Err(e) => {
                 let cleanup = self.remove_shards(&table_id).await;
@@ -448,6 +456,9 @@ impl DataSink for ShardedSink {
             distribution_key: self.load.distribution_key.clone(),
             hash: HASH_NAME.into(),
             row_count: counts.iter().map(|(s, _)| s).sum(),
+            clustering_key: self.load.clustering_key.clone(),
+            indexes: self.load.indexes.clone(),
+            column_stats,
             shards: (0..self.load.shards)
                 .map(|shard| ShardEntry {
                     shard,

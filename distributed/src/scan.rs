@@ -12,11 +12,12 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, Statistics};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -52,6 +53,66 @@ pub struct ShardScanSpec {
     pub limit: Option<usize>,
     /// The coordinator's `ooode.*` settings, applied where the shards are read.
     pub settings: Vec<(String, String)>,
+    /// Filters the table was given, and how many of them are in `filter` (the rest could not
+    /// be serialized): equal, `filter` is the whole predicate above the scan.
+    #[serde(default)]
+    pub filters_pushed: usize,
+    /// See `filters_pushed`.
+    #[serde(default)]
+    pub filters_shipped: usize,
+    /// Table columns that lead an index (clustering or secondary): lookups by them probe it.
+    #[serde(default)]
+    pub lookup_columns: Vec<usize>,
+    /// Table columns whose hash picks a row's shard.
+    #[serde(default)]
+    pub distribution_key: Vec<usize>,
+    /// Shards of the whole table (the hash's modulus).
+    #[serde(default)]
+    pub shard_count: u32,
+    /// Rows of the whole table.
+    #[serde(default)]
+    pub table_rows: u64,
+    /// Only the rows whose `column` equals one of `keys` (a lookup join's probe).
+    #[serde(default)]
+    pub probe: Option<Probe>,
+}
+
+/// A lookup: the rows whose table column `column` holds one of the keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    /// The table column.
+    pub column: usize,
+    /// The keys, one column, as an Arrow IPC stream (sent after the JSON, not in it).
+    #[serde(skip)]
+    pub keys: Vec<u8>,
+}
+
+impl Probe {
+    /// A probe of `column` for the values of `keys` (one column).
+    pub fn new(column: usize, keys: &RecordBatch) -> Result<Self> {
+        let mut bytes = Vec::new();
+        {
+            let mut w =
+                datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &keys.schema())?;
+            w.write(keys)?;
+            w.finish()?;
+        }
+        Ok(Self {
+            column,
+            keys: bytes,
+        })
+    }
+
+    /// The keys.
+    pub fn keys(&self) -> Result<RecordBatch> {
+        let reader =
+            datafusion::arrow::ipc::reader::StreamReader::try_new(self.keys.as_slice(), None)?;
+        let schema = reader.schema();
+        let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(datafusion::arrow::compute::concat_batches(
+            &schema, &batches,
+        )?)
+    }
 }
 
 impl ShardScanSpec {
@@ -63,16 +124,36 @@ impl ShardScanSpec {
         }
     }
 
-    /// Encoded for the wire (codec, `DoGet` ticket).
+    /// Encoded for the wire (codec, `DoGet` ticket): the length of the JSON document (u32,
+    /// little-endian), the document, then a probe's keys.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec(self)
-            .map_err(|e| DataFusionError::Internal(format!("encode a shard scan: {e}")))
+        let json = serde_json::to_vec(self)
+            .map_err(|e| DataFusionError::Internal(format!("encode a shard scan: {e}")))?;
+        let keys = self.probe.as_ref().map_or(&[][..], |p| p.keys.as_slice());
+        let mut out = Vec::with_capacity(4 + json.len() + keys.len());
+        out.extend((json.len() as u32).to_le_bytes());
+        out.extend(json);
+        out.extend(keys);
+        Ok(out)
     }
 
     /// Decoded from [`Self::encode`]'s bytes.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| DataFusionError::Execution(format!("not a shard scan: {e}")))
+        let bad = |why: String| DataFusionError::Execution(format!("not a shard scan: {why}"));
+        let (len, rest) = bytes
+            .split_first_chunk::<4>()
+            .ok_or_else(|| bad("too short".into()))?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            return Err(bad(format!("{} bytes, the header says {len}", rest.len())));
+        }
+        let (json, keys) = rest.split_at(len);
+        let mut spec: ShardScanSpec =
+            serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+        if let Some(p) = &mut spec.probe {
+            p.keys = keys.to_vec();
+        }
+        Ok(spec)
     }
 
     /// The projected output schema.
@@ -90,6 +171,9 @@ impl ShardScanSpec {
             distribution_key: vec![],
             hash: crate::hash::HASH_NAME.into(),
             row_count: 0,
+            clustering_key: vec![],
+            indexes: vec![],
+            column_stats: vec![],
             shards: vec![],
             created_by: String::new(),
         }
@@ -114,6 +198,8 @@ pub struct ShardScanExec {
     /// The shards of this process, on a worker.
     local: Option<Arc<LocalShards>>,
     properties: Arc<PlanProperties>,
+    /// What the coordinator knows of the rows read (from the shard map).
+    statistics: Option<Arc<Statistics>>,
 }
 
 impl ShardScanExec {
@@ -131,7 +217,14 @@ impl ShardScanExec {
             schema,
             local,
             properties,
+            statistics: None,
         })
+    }
+
+    /// The same scan, whose output is described by `statistics`.
+    pub fn with_statistics(mut self, statistics: Statistics) -> Self {
+        self.statistics = Some(Arc::new(statistics));
+        self
     }
 
     /// What it reads.
@@ -196,6 +289,17 @@ impl ExecutionPlan for ShardScanExec {
         _children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        match (&self.statistics, args.partition()) {
+            (Some(s), None | Some(0)) => Ok(s.clone()),
+            _ => Ok(Arc::new(Statistics::new_unknown(&self.schema))),
+        }
     }
 
     fn execute(

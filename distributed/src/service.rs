@@ -130,6 +130,9 @@ fn empty_map() -> ShardMap {
         distribution_key: vec![],
         hash: crate::hash::HASH_NAME.into(),
         row_count: 0,
+        clustering_key: vec![],
+        indexes: vec![],
+        column_stats: vec![],
         shards: vec![],
         created_by: String::new(),
     }
@@ -162,7 +165,7 @@ impl FlightService for ShardService {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let spec = ShardScanSpec::decode(&request.into_inner().ticket).map_err(status)?;
-        self.shards.note_fetch();
+        self.shards.note_fetch(spec.probe.is_some());
         let schema = spec.output_schema().map_err(status)?;
         let batches = self
             .shards

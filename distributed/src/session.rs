@@ -26,6 +26,7 @@ use crate::client::worker_url;
 use crate::codec::OoodeCodec;
 use crate::load::ShardedFormatFactory;
 use crate::planner::OoodeDistributedPlanner;
+use crate::rule::ShardLookupRule;
 use crate::scan::ShardScanExec;
 use crate::shard_map::ShardEntry;
 use crate::table::ShardedTableFactory;
@@ -79,6 +80,14 @@ pub fn with_ooode_distributed(
         })
         .collect::<Result<Vec<_>>>()?;
     let mut builder = ooode_providers::with_ooode(builder);
+    let rules = builder
+        .physical_optimizer_rules()
+        .get_or_insert_with(Vec::new);
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "ooode_index")
+        .map_or(rules.len(), |i| i + 1);
+    rules.insert(at, Arc::new(ShardLookupRule));
     let formats = builder.file_formats().get_or_insert_with(Vec::new);
     formats.retain(|f| f.get_ext() != "ooode");
     formats.push(Arc::new(ShardedFormatFactory::default()));

@@ -43,6 +43,15 @@ pub struct ShardMap {
     pub hash: String,
     /// Rows in the table.
     pub row_count: u64,
+    /// Clustering key of every shard.
+    #[serde(default)]
+    pub clustering_key: Vec<String>,
+    /// Secondary indexes of every shard, each its key columns.
+    #[serde(default)]
+    pub indexes: Vec<Vec<String>>,
+    /// Statistics of each column over all shards.
+    #[serde(default)]
+    pub column_stats: Vec<crate::stats::ColumnStats>,
     /// The shards, in shard order.
     pub shards: Vec<ShardEntry>,
     /// Program that wrote the table.
@@ -157,6 +166,33 @@ impl ShardMap {
         Ok(())
     }
 
+    /// Table columns that lead an index (the clustering key's first column, each secondary
+    /// index's first column).
+    pub fn lookup_columns(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        let firsts = self
+            .clustering_key
+            .first()
+            .into_iter()
+            .chain(self.indexes.iter().filter_map(|i| i.first()));
+        for name in firsts {
+            if let Some(i) = self.columns.iter().position(|c| c.name == *name)
+                && !out.contains(&i)
+            {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Table columns of the distribution key.
+    pub fn distribution_columns(&self) -> Vec<usize> {
+        self.distribution_key
+            .iter()
+            .filter_map(|k| self.columns.iter().position(|c| c.name == *k))
+            .collect()
+    }
+
     /// The workers holding shards, each once, in shard order of first appearance.
     pub fn workers(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -196,6 +232,9 @@ mod tests {
             distribution_key: vec!["k".into()],
             hash: crate::hash::HASH_NAME.into(),
             row_count: 5,
+            clustering_key: vec!["k".into()],
+            indexes: vec![vec!["v".into()]],
+            column_stats: vec![],
             shards: vec![
                 ShardEntry {
                     shard: 0,

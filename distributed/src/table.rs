@@ -7,7 +7,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
-use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{Column, Result, Statistics, not_impl_err, plan_err};
 use datafusion::config::ExtensionOptions;
@@ -27,6 +26,7 @@ pub struct ShardedTable {
     dir: PathBuf,
     map: ShardMap,
     schema: SchemaRef,
+    statistics: Statistics,
 }
 
 impl ShardedTable {
@@ -35,7 +35,13 @@ impl ShardedTable {
         let dir = dir.as_ref().to_path_buf();
         let map = ShardMap::read(&dir)?;
         let schema = map.schema()?;
-        Ok(Self { dir, map, schema })
+        let statistics = crate::stats::table_statistics(&schema, map.row_count, &map.column_stats);
+        Ok(Self {
+            dir,
+            map,
+            schema,
+            statistics,
+        })
     }
 
     /// Its shard map.
@@ -96,6 +102,7 @@ impl TableProvider for ShardedTable {
             .into_iter()
             .filter(|f| f.to_bytes().is_ok())
             .collect();
+        let filters_shipped = shippable.len();
         let filter = conjunction(shippable);
         let spec = ShardScanSpec {
             table: self.dir.display().to_string(),
@@ -111,8 +118,18 @@ impl TableProvider for ShardedTable {
             filter_text: filter.as_ref().map(|f| f.to_string()),
             limit,
             settings: query_settings(state),
+            filters_pushed: filters.len(),
+            filters_shipped,
+            lookup_columns: self.map.lookup_columns(),
+            distribution_key: self.map.distribution_columns(),
+            shard_count: self.map.shards.len() as u32,
+            table_rows: self.map.row_count,
+            probe: None,
         };
-        Ok(Arc::new(ShardScanExec::try_new(spec, None)?))
+        let stats = self.statistics.clone().project(Some(&spec.projection));
+        Ok(Arc::new(
+            ShardScanExec::try_new(spec, None)?.with_statistics(stats),
+        ))
     }
 
     fn supports_filters_pushdown(
@@ -123,9 +140,7 @@ impl TableProvider for ShardedTable {
     }
 
     fn statistics(&self) -> Option<Statistics> {
-        let mut stats = Statistics::new_unknown(&self.schema);
-        stats.num_rows = Precision::Exact(self.map.row_count as usize);
-        Some(stats)
+        Some(self.statistics.clone())
     }
 
     async fn insert_into(

@@ -11,6 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::JoinType;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -25,6 +28,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::scan::ShardScanSpec;
+
+/// The probe keys' column in a lookup's plan on the worker.
+const PROBE_KEY: &str = "__ooode_probe_key";
 use crate::shard_map::valid_table_id;
 
 /// The shards of this worker process and the runtime that reads them.
@@ -34,8 +40,10 @@ pub struct LocalShards {
     runtime: Arc<RuntimeEnv>,
     /// Opened shards, kept: their B+tree roots and columnar footers stay cached.
     tables: Mutex<HashMap<PathBuf, Arc<OoodeTable>>>,
-    /// Shard reads asked for by another process (`DoGet`): stages that ran elsewhere.
+    /// Shard scans asked for by another process (`DoGet`): stages that ran elsewhere.
     fetches: std::sync::atomic::AtomicU64,
+    /// Lookups (a lookup join's probes) asked for by another process.
+    lookups: std::sync::atomic::AtomicU64,
 }
 
 /// Page reads of a worker's ooode runtime, for tests and benchmarks that check where a
@@ -48,9 +56,11 @@ pub struct WorkerReads {
     pub bytes: u64,
     /// Pages found in the buffer pool.
     pub hits: u64,
-    /// Shard reads served to another process: a stage reading this worker's shards ran
+    /// Shard scans served to another process: a stage reading this worker's shards ran
     /// elsewhere (0 when every such stage was routed here).
     pub fetches: u64,
+    /// Lookups served to another process (a lookup join's probes of this worker's shards).
+    pub lookups: u64,
 }
 
 impl LocalShards {
@@ -61,6 +71,7 @@ impl LocalShards {
             runtime,
             tables: Mutex::default(),
             fetches: Default::default(),
+            lookups: Default::default(),
         }
     }
 
@@ -106,10 +117,10 @@ impl LocalShards {
         Ok(true)
     }
 
-    /// Counts a shard read asked for by another process.
-    pub fn note_fetch(&self) {
-        self.fetches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Counts a shard read asked for by another process (a lookup, or a scan).
+    pub fn note_fetch(&self, lookup: bool) {
+        let counter = if lookup { &self.lookups } else { &self.fetches };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The worker's read counters so far.
@@ -117,6 +128,7 @@ impl LocalShards {
         let runtime = OoodeRuntime::for_env(&self.runtime);
         let mut out = WorkerReads {
             fetches: self.fetches.load(std::sync::atomic::Ordering::Relaxed),
+            lookups: self.lookups.load(std::sync::atomic::Ordering::Relaxed),
             ..Default::default()
         };
         for engine in runtime.engines() {
@@ -137,6 +149,10 @@ impl LocalShards {
         }
         for (key, value) in &spec.settings {
             config.options_mut().set(key, value)?;
+        }
+        // A lookup chose its keys for an index: the worker probes it, out of order.
+        if spec.probe.is_some() {
+            config.options_mut().set("ooode.index_join", "always")?;
         }
         let builder = SessionStateBuilder::new()
             .with_default_features()
@@ -178,6 +194,29 @@ impl LocalShards {
                 ))
             })
             .collect();
+        let probe = match &spec.probe {
+            Some(p) => {
+                let keys = p.keys()?;
+                let Some(field) = schema.fields().get(p.column) else {
+                    return Err(DataFusionError::Execution(format!(
+                        "a lookup of column {} of {}, which has {} columns",
+                        p.column,
+                        spec.table,
+                        schema.fields().len()
+                    )));
+                };
+                let keys = RecordBatch::try_new(
+                    Arc::new(Schema::new(vec![Field::new(
+                        PROBE_KEY,
+                        field.data_type().clone(),
+                        true,
+                    )])),
+                    keys.columns().to_vec(),
+                )?;
+                Some((ctx.read_batch(keys)?.alias("probe")?, field.name().clone()))
+            }
+            None => None,
+        };
         let mut streams: Vec<SendableRecordBatchStream> = Vec::new();
         for shard in &spec.shards {
             if !self.holds(&spec.table_id, shard.shard) {
@@ -194,6 +233,15 @@ impl LocalShards {
             let mut df = ctx.read_table(table)?;
             if let Some(f) = &filter {
                 df = df.filter(f.clone())?;
+            }
+            if let Some((keys, column)) = &probe {
+                df = keys.clone().join(
+                    df.alias("shard")?,
+                    JoinType::Inner,
+                    &[PROBE_KEY],
+                    &[column.as_str()],
+                    None,
+                )?;
             }
             df = df.select(columns.clone())?;
             if let Some(n) = spec.limit {

@@ -400,9 +400,9 @@ fn index_driven(plan: &Arc<dyn ExecutionPlan>) -> bool {
     passthrough && plan.children().len() == 1 && index_driven(plan.children()[0])
 }
 
-/// Puts the index join's columns (outer, then inner) back in the hash join's output order
+/// Puts a replacement join's columns (outer, then inner) back in the hash join's output order
 /// (left, then right) and applies the hash join's projection.
-fn restore_join_output(
+pub fn restore_join_output(
     join: &HashJoinExec,
     node: Arc<dyn ExecutionPlan>,
     inner_side: JoinSide,

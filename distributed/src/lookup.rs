@@ -1,0 +1,367 @@
+//! `ShardLookupJoinExec`: an index nested-loop join whose inner side is a sharded table.
+//!
+//! For each batch of outer rows it sends the distinct join keys to the workers holding the
+//! inner shards (only to the shard of each key when the table is sharded on the join key; to
+//! every shard otherwise), each worker probes its shards' index out of order and returns the
+//! matching rows, and the batch is joined with them here. Lookups of several batches are in
+//! flight at once. Keys go out and matching rows come back: nothing else of the inner table
+//! moves. Where the outer rows' stage runs on the worker that holds a key's shard (two
+//! tables sharded alike on the join key), the lookup stays in the process.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, take};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties,
+};
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::scan::{Probe, ShardScanSpec};
+use crate::shard_map::ShardEntry;
+use crate::worker::LocalShards;
+
+/// Outer batches whose lookups are in flight at once, per partition.
+const BATCHES_IN_FLIGHT: usize = 8;
+
+/// What the join is, apart from its outer input: shipped by the codec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LookupJoin {
+    /// The inner table's rows wanted (projection and filter as its scan had them).
+    pub inner: ShardScanSpec,
+    /// Column of the outer input holding the join key.
+    pub outer_key: usize,
+    /// Table column of the inner side's join key (leads an index).
+    pub inner_key: usize,
+    /// Position of the join key in the inner output.
+    pub inner_key_output: usize,
+    /// Inner rows per key (estimated from the table's statistics), for the row estimate.
+    #[serde(default = "one")]
+    pub fanout: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl LookupJoin {
+    /// Whether each key's rows are all in one shard (the table is sharded on the key alone).
+    fn routed_by_key(&self) -> bool {
+        self.inner.distribution_key == [self.inner_key]
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct ShardLookupJoinExec {
+    outer: Arc<dyn ExecutionPlan>,
+    join: LookupJoin,
+    inner_schema: SchemaRef,
+    schema: SchemaRef,
+    local: Option<Arc<LocalShards>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl ShardLookupJoinExec {
+    /// The join of `outer` with the lookups of `join`; `local` is a worker's own shards.
+    pub fn try_new(
+        outer: Arc<dyn ExecutionPlan>,
+        join: LookupJoin,
+        local: Option<Arc<LocalShards>>,
+    ) -> Result<Self> {
+        let inner_schema = join.inner.output_schema()?;
+        if join.outer_key >= outer.schema().fields().len()
+            || join.inner_key >= join.inner.columns.len()
+            || join.inner.projection.get(join.inner_key_output) != Some(&join.inner_key)
+        {
+            return Err(DataFusionError::Execution(format!(
+                "a shard lookup join's key columns ({}, {}, {}) do not fit its inputs",
+                join.outer_key, join.inner_key, join.inner_key_output
+            )));
+        }
+        let fields: Vec<Arc<Field>> = outer
+            .schema()
+            .fields()
+            .iter()
+            .chain(inner_schema.fields())
+            .cloned()
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(outer.output_partitioning().partition_count()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            outer,
+            join,
+            inner_schema,
+            schema,
+            local,
+            properties,
+        })
+    }
+
+    /// The join.
+    pub fn join(&self) -> &LookupJoin {
+        &self.join
+    }
+
+    /// The outer input.
+    pub fn outer(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.outer
+    }
+}
+
+impl DisplayAs for ShardLookupJoinExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let inner = &self.join.inner;
+        let key = inner
+            .columns
+            .get(self.join.inner_key)
+            .map_or("?", |c| c.name.as_str());
+        let outer_key = self
+            .outer
+            .schema()
+            .field(self.join.outer_key)
+            .name()
+            .clone();
+        write!(
+            f,
+            "ShardLookupJoinExec: {outer_key} = {}.{key}, shards={}, lookups={}",
+            inner.table,
+            inner.shards.len(),
+            if self.join.routed_by_key() {
+                "to the key's shard"
+            } else {
+                "to every shard"
+            }
+        )?;
+        if let Some(filter) = &inner.filter_text {
+            write!(f, ", inner filter={filter}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for ShardLookupJoinExec {
+    fn name(&self) -> &str {
+        "ShardLookupJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.outer]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    /// About `fanout` inner rows for each outer row.
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let mut stats = Statistics::new_unknown(&self.schema);
+        if let Some(outer) = input_stats.first()
+            && let Some(&rows) = outer.num_rows.get_value()
+        {
+            stats.num_rows = Precision::Inexact((rows as f64 * self.join.fanout).ceil() as usize);
+        }
+        Ok(Arc::new(stats))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self::try_new(
+            children.remove(0),
+            self.join.clone(),
+            self.local.clone(),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let outer = self.outer.execute(partition, context.clone())?;
+        let lookups = Arc::new(Lookups {
+            join: self.join.clone(),
+            inner_schema: self.inner_schema.clone(),
+            schema: self.schema.clone(),
+            local: self.local.clone(),
+            config: context.session_config().clone(),
+        });
+        let batch_size = context.session_config().batch_size();
+        let joined = outer
+            .map(move |batch| {
+                let lookups = lookups.clone();
+                async move { lookups.join_batch(batch?).await }
+            })
+            .buffered(BATCHES_IN_FLIGHT)
+            .map_ok(move |b| {
+                // Output in batch-size pieces: a key can match many rows.
+                let pieces: Vec<Result<RecordBatch>> = (0..b.num_rows())
+                    .step_by(batch_size.max(1))
+                    .map(|at| Ok(b.slice(at, batch_size.min(b.num_rows() - at))))
+                    .collect();
+                futures::stream::iter(pieces)
+            })
+            .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            joined,
+        )))
+    }
+}
+
+/// What every batch's lookups need.
+struct Lookups {
+    join: LookupJoin,
+    inner_schema: SchemaRef,
+    schema: SchemaRef,
+    local: Option<Arc<LocalShards>>,
+    config: datafusion::prelude::SessionConfig,
+}
+
+impl Lookups {
+    /// The rows of `outer` joined with their inner matches.
+    async fn join_batch(&self, outer: RecordBatch) -> Result<RecordBatch> {
+        let key = outer.column(self.join.outer_key).clone();
+        let converter = RowConverter::new(vec![SortField::new(key.data_type().clone())])?;
+        let outer_rows = converter.convert_columns(std::slice::from_ref(&key))?;
+        // Distinct non-null keys.
+        let mut seen = HashMap::new();
+        let mut firsts = Vec::new();
+        for i in 0..outer.num_rows() {
+            if key.is_valid(i) && seen.insert(outer_rows.row(i), ()).is_none() {
+                firsts.push(i as u32);
+            }
+        }
+        if firsts.is_empty() {
+            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        }
+        let keys = take(&key, &UInt32Array::from(firsts), None)?;
+        let inner = self.fetch(keys).await?;
+        // Inner rows by key, then every outer row's matches.
+        let inner_key = inner.column(self.join.inner_key_output).clone();
+        let inner_rows = converter.convert_columns(&[inner_key])?;
+        let mut by_key: HashMap<_, Vec<u32>> = HashMap::new();
+        for j in 0..inner.num_rows() {
+            by_key.entry(inner_rows.row(j)).or_default().push(j as u32);
+        }
+        let (mut outer_idx, mut inner_idx) = (Vec::new(), Vec::new());
+        for i in 0..outer.num_rows() {
+            if !key.is_valid(i) {
+                continue;
+            }
+            if let Some(matches) = by_key.get(&outer_rows.row(i)) {
+                for &j in matches {
+                    outer_idx.push(i as u32);
+                    inner_idx.push(j);
+                }
+            }
+        }
+        let outer_idx = UInt32Array::from(outer_idx);
+        let inner_idx = UInt32Array::from(inner_idx);
+        let columns = outer
+            .columns()
+            .iter()
+            .map(|c| take(c, &outer_idx, None))
+            .chain(inner.columns().iter().map(|c| take(c, &inner_idx, None)))
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// The inner rows whose key is one of `keys`, from every shard that can hold them.
+    async fn fetch(&self, keys: ArrayRef) -> Result<RecordBatch> {
+        let spec = &self.join.inner;
+        // Shard -> the keys it is asked for.
+        let mut asks: Vec<(Vec<ShardEntry>, ArrayRef)> = Vec::new();
+        if self.join.routed_by_key() {
+            let ids = crate::hash::shard_of_rows(std::slice::from_ref(&keys), spec.shard_count)?;
+            let mut rows_of: HashMap<u32, Vec<u32>> = HashMap::new();
+            for (row, id) in ids.into_iter().enumerate() {
+                rows_of.entry(id).or_default().push(row as u32);
+            }
+            for (id, rows) in rows_of {
+                let Some(shard) = spec.shards.iter().find(|s| s.shard == id) else {
+                    continue; // not a shard of this scan: no rows of it wanted
+                };
+                asks.push((
+                    vec![shard.clone()],
+                    take(&keys, &UInt32Array::from(rows), None)?,
+                ));
+            }
+        } else {
+            for shard in &spec.shards {
+                asks.push((vec![shard.clone()], keys.clone()));
+            }
+        }
+        let field = Field::new("key", keys.data_type().clone(), true);
+        let key_schema = Arc::new(Schema::new(vec![field]));
+        let calls = asks.into_iter().map(|(shards, keys)| {
+            let key_schema = key_schema.clone();
+            async move {
+                let batch = RecordBatch::try_new(key_schema, vec![keys])?;
+                let mut ask = spec.with_shards(shards.clone());
+                ask.probe = Some(Probe::new(self.join.inner_key, &batch)?);
+                self.read(ask).await
+            }
+        });
+        let parts: Vec<Vec<RecordBatch>> = futures::future::try_join_all(calls).await?;
+        let parts: Vec<RecordBatch> = parts.into_iter().flatten().collect();
+        Ok(concat_batches(&self.inner_schema, &parts)?)
+    }
+
+    /// One lookup: here when this process holds the shards, else from their worker.
+    async fn read(&self, ask: ShardScanSpec) -> Result<Vec<RecordBatch>> {
+        let shard = ask
+            .shards
+            .first()
+            .ok_or_else(|| DataFusionError::Internal("a lookup of no shard".into()))?;
+        let stream = match &self.local {
+            Some(local) if local.holds(&ask.table_id, shard.shard) => {
+                local.scan(&ask, self.config.clone()).await?
+            }
+            _ => crate::client::fetch(&shard.worker.clone(), &ask).await?,
+        };
+        let schema = self.inner_schema.clone();
+        stream
+            .map(|b| {
+                b.and_then(|b| Ok(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?))
+            })
+            .try_collect()
+            .await
+    }
+}

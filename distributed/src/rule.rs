@@ -1,0 +1,218 @@
+//! `ShardLookupRule`: a hash join whose one side reads a sharded table through an index's
+//! leading column becomes a [`ShardLookupJoinExec`] where lookups win.
+//!
+//! It runs on the coordinator right after ooode's own index rule, before DataFusion adds
+//! repartitions, and only changes plans: the replaced join's key, output columns and order
+//! are kept, and the inner side's predicate travels with the lookups (applied on the
+//! workers exactly as the scan applied it; the rule declines when the predicate above the
+//! scan holds more than the scan was given).
+//!
+//! `ooode.index_join`: `never` keeps hash joins; `always` uses lookups wherever they fit;
+//! `auto` uses them when the outer side's estimated rows are at most `ooode.index_cost_ratio`
+//! percent of the inner table's rows (0.5 % by default: the selective joins OoODE is for),
+//! since a lookup costs about one page read per key on its worker while the hash join reads
+//! the whole inner table.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::split_conjunction;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use ooode::config::{IndexJoinMode, OoodeConfig};
+use ooode::exec::IndexJoinKind;
+use ooode::optimizer::rule::restore_join_output;
+
+use crate::lookup::{LookupJoin, ShardLookupJoinExec};
+use crate::scan::{ShardScanExec, ShardScanSpec};
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct ShardLookupRule;
+
+impl PhysicalOptimizerRule for ShardLookupRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let ooode = config
+            .extensions
+            .get::<OoodeConfig>()
+            .cloned()
+            .unwrap_or_default();
+        if ooode.index_join == IndexJoinMode::Never {
+            return Ok(plan);
+        }
+        plan.transform_up(|node| {
+            let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            Ok(match lookup_join(join, &ooode)? {
+                Some(plan) => Transformed::yes(plan),
+                None => Transformed::no(node),
+            })
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "ooode_shard_lookup"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `plan` without the nodes above it that only move rows between partitions.
+fn below_moves(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
+    let moves_only = plan.is::<CoalescePartitionsExec>()
+        || plan.name() == "CoalesceBatchesExec"
+        || plan
+            .downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)));
+    match plan.children().as_slice() {
+        [child] if moves_only => below_moves(child),
+        _ => plan,
+    }
+}
+
+/// The sharded scan `plan` reads, with all of the predicate above it (if any) shipped in it.
+fn shard_read(plan: &Arc<dyn ExecutionPlan>) -> Option<&ShardScanSpec> {
+    let plan = below_moves(plan);
+    if let Some(scan) = plan.downcast_ref::<ShardScanExec>() {
+        return Some(scan.spec());
+    }
+    let filter = plan.downcast_ref::<FilterExec>()?;
+    if filter.projection().is_some() {
+        return None;
+    }
+    let spec = below_moves(filter.input())
+        .downcast_ref::<ShardScanExec>()?
+        .spec();
+    // Every filter the scan got was shipped, and the predicate above is just those.
+    let complete = spec.filters_pushed == spec.filters_shipped
+        && split_conjunction(filter.predicate()).len() == spec.filters_pushed;
+    complete.then_some(spec)
+}
+
+fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    let stats = StatisticsContext::new()
+        .compute(plan.as_ref(), &StatisticsArgs::new())
+        .ok()?;
+    match stats.num_rows {
+        Precision::Exact(n) | Precision::Inexact(n) => Some(n),
+        Precision::Absent => None,
+    }
+}
+
+/// Inner rows per distinct key: the table's rows over the key's distinct values (known, or
+/// the span of an integer key's min..max), 1 when nothing is known. From the scan's own
+/// statistics: the whole table's, not those left after the filter.
+fn fanout(inner: &Arc<dyn ExecutionPlan>, column: usize, table_rows: u64) -> f64 {
+    let mut scan = below_moves(inner);
+    if let Some(filter) = scan.downcast_ref::<FilterExec>() {
+        scan = below_moves(filter.input());
+    }
+    let Ok(stats) = StatisticsContext::new().compute(scan.as_ref(), &StatisticsArgs::new()) else {
+        return 1.0;
+    };
+    let Some(c) = stats.column_statistics.get(column) else {
+        return 1.0;
+    };
+    let distinct = match (
+        c.distinct_count.get_value(),
+        c.min_value.get_value(),
+        c.max_value.get_value(),
+    ) {
+        (Some(&d), _, _) => d as f64,
+        (None, Some(lo), Some(hi)) => {
+            match (lo.cast_to(&DataType::Int64), hi.cast_to(&DataType::Int64)) {
+                (Ok(ScalarValue::Int64(Some(lo))), Ok(ScalarValue::Int64(Some(hi)))) => {
+                    (hi.saturating_sub(lo) as f64 + 1.0).min(table_rows as f64)
+                }
+                _ => return 1.0,
+            }
+        }
+        _ => return 1.0,
+    };
+    (table_rows as f64 / distinct.max(1.0)).max(1.0)
+}
+
+fn lookup_join(
+    join: &HashJoinExec,
+    config: &OoodeConfig,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if join.join_type != JoinType::Inner
+        || join.filter.is_some()
+        || join.null_aware
+        || join.null_equality != NullEquality::NullEqualsNothing
+        || join.fetch().is_some()
+        || join.on.len() != 1
+    {
+        return Ok(None);
+    }
+    let mut best: Option<(usize, JoinSide, Arc<dyn ExecutionPlan>, LookupJoin)> = None;
+    for inner_side in [JoinSide::Right, JoinSide::Left] {
+        let (inner_plan, outer_plan, inner_expr, outer_expr) = match inner_side {
+            JoinSide::Left => (&join.left, &join.right, &join.on[0].0, &join.on[0].1),
+            _ => (&join.right, &join.left, &join.on[0].1, &join.on[0].0),
+        };
+        let Some(spec) = shard_read(inner_plan) else {
+            continue;
+        };
+        let (Some(inner_col), Some(outer_col)) = (
+            inner_expr.downcast_ref::<Column>(),
+            outer_expr.downcast_ref::<Column>(),
+        ) else {
+            continue;
+        };
+        let Some(&table_col) = spec.projection.get(inner_col.index()) else {
+            continue;
+        };
+        if !spec.lookup_columns.contains(&table_col) {
+            continue;
+        }
+        let outer_rows = estimated_rows(outer_plan);
+        let wanted = match config.index_join {
+            IndexJoinMode::Always => true,
+            IndexJoinMode::Never => false,
+            IndexJoinMode::Auto => outer_rows.is_some_and(|n| {
+                (n as f64) <= spec.table_rows as f64 * config.index_cost_ratio / 100.0
+            }),
+        };
+        let rank = outer_rows.unwrap_or(usize::MAX);
+        if wanted && best.as_ref().is_none_or(|b| rank < b.0) {
+            let lookup = LookupJoin {
+                inner: spec.clone(),
+                outer_key: outer_col.index(),
+                inner_key: table_col,
+                inner_key_output: inner_col.index(),
+                fanout: fanout(inner_plan, inner_col.index(), spec.table_rows),
+            };
+            // A build side gathered into one partition for a hash join need not be: the
+            // lookups run in the outer side's own tasks (on the workers, where it is a scan).
+            let outer = match outer_plan.downcast_ref::<CoalescePartitionsExec>() {
+                Some(c) if c.fetch().is_none() => c.input().clone(),
+                _ => outer_plan.clone(),
+            };
+            best = Some((rank, inner_side, outer, lookup));
+        }
+    }
+    let Some((_, inner_side, outer, lookup)) = best else {
+        return Ok(None);
+    };
+    let node = Arc::new(ShardLookupJoinExec::try_new(outer, lookup, None)?);
+    restore_join_output(join, node, inner_side, IndexJoinKind::Inner).map(Some)
+}
