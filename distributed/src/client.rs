@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::scan::ShardScanSpec;
-use crate::service::{Batches, DROP_TABLE, PutShard, PutShardDone, READS};
+use crate::service::{Batches, DROP_TABLE, EMPTY_POOL, PutShard, PutShardDone, READS};
 use crate::worker::WorkerReads;
 
 /// One HTTP/2 connection per worker, shared by every call of the process (tonic multiplexes
@@ -39,7 +39,7 @@ fn client(worker: &str) -> Result<FlightClient> {
                 let endpoint = Endpoint::from_shared(worker_url(worker)).map_err(|e| {
                     DataFusionError::Configuration(format!("worker address '{worker}': {e}"))
                 })?;
-                let c = endpoint.connect_lazy();
+                let c = endpoint.tcp_nodelay(true).connect_lazy();
                 channels.insert(worker.to_string(), c.clone());
                 c
             }
@@ -140,4 +140,9 @@ pub async fn drop_table(worker: &str, table_id: &str) -> Result<bool> {
 pub async fn reads(worker: &str) -> Result<WorkerReads> {
     let body = action(worker, READS, vec![]).await?;
     serde_json::from_slice(&body).map_err(|e| failed(worker, READS, e))
+}
+
+/// Empties `worker`'s buffer pool (a cold run's start).
+pub async fn empty_pool(worker: &str) -> Result<()> {
+    action(worker, EMPTY_POOL, vec![]).await.map(drop)
 }

@@ -22,6 +22,9 @@ use datafusion::common::{DataFusionError, Result, Statistics};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -74,6 +77,35 @@ pub struct ShardLookupJoinExec {
     schema: SchemaRef,
     local: Option<Arc<LocalShards>>,
     properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// What the lookups of one partition sent and received.
+#[derive(Debug, Clone)]
+struct LookupMetrics {
+    /// Lookups sent (one per shard asked, per outer batch).
+    lookups: Count,
+    /// Of them, answered in this process (the shard is local).
+    local_lookups: Count,
+    /// Distinct keys sent.
+    keys: Count,
+    /// Inner rows received.
+    rows: Count,
+    /// Bytes of the inner rows received (Arrow memory size).
+    bytes: Count,
+}
+
+impl LookupMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let counter = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        Self {
+            lookups: counter("lookups"),
+            local_lookups: counter("local_lookups"),
+            keys: counter("lookup_keys"),
+            rows: counter("lookup_rows"),
+            bytes: counter("lookup_bytes"),
+        }
+    }
 }
 
 impl ShardLookupJoinExec {
@@ -114,6 +146,7 @@ impl ShardLookupJoinExec {
             schema,
             local,
             properties,
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
@@ -179,6 +212,10 @@ impl ExecutionPlan for ShardLookupJoinExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
         vec![ChildStats::At(partition)]
     }
@@ -221,6 +258,7 @@ impl ExecutionPlan for ShardLookupJoinExec {
             schema: self.schema.clone(),
             local: self.local.clone(),
             config: context.session_config().clone(),
+            metrics: LookupMetrics::new(&self.metrics, partition),
         });
         let batch_size = context.session_config().batch_size();
         let joined = outer
@@ -252,6 +290,7 @@ struct Lookups {
     schema: SchemaRef,
     local: Option<Arc<LocalShards>>,
     config: datafusion::prelude::SessionConfig,
+    metrics: LookupMetrics,
 }
 
 impl Lookups {
@@ -272,6 +311,7 @@ impl Lookups {
             return Ok(RecordBatch::new_empty(self.schema.clone()));
         }
         let keys = take(&key, &UInt32Array::from(firsts), None)?;
+        self.metrics.keys.add(keys.len());
         let inner = self.fetch(keys).await?;
         // Inner rows by key, then every outer row's matches.
         let inner_key = inner.column(self.join.inner_key_output).clone();
@@ -350,16 +390,22 @@ impl Lookups {
             .shards
             .first()
             .ok_or_else(|| DataFusionError::Internal("a lookup of no shard".into()))?;
+        self.metrics.lookups.add(1);
         let stream = match &self.local {
             Some(local) if local.holds(&ask.table_id, shard.shard) => {
+                self.metrics.local_lookups.add(1);
                 local.scan(&ask, self.config.clone()).await?
             }
             _ => crate::client::fetch(&shard.worker.clone(), &ask).await?,
         };
         let schema = self.inner_schema.clone();
+        let metrics = self.metrics.clone();
         stream
-            .map(|b| {
-                b.and_then(|b| Ok(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?))
+            .map(move |b| {
+                let b = b?;
+                metrics.rows.add(b.num_rows());
+                metrics.bytes.add(b.get_array_memory_size());
+                Ok(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?)
             })
             .try_collect()
             .await

@@ -109,7 +109,13 @@ async fn unreachable(workers: &[String]) -> Vec<String> {
             tokio::net::TcpStream::connect(addr.to_string()),
         )
         .await;
-        if !matches!(probe, Ok(Ok(_))) {
+        // A connection to itself (the kernel picked the dead worker's port as the probe's
+        // own source port, possible on loopback) is no worker.
+        let answered = match probe {
+            Ok(Ok(stream)) => stream.local_addr().ok() != stream.peer_addr().ok(),
+            _ => false,
+        };
+        if !answered {
             out.push(w.clone());
         }
     }

@@ -29,6 +29,8 @@ use crate::worker::LocalShards;
 pub const DROP_TABLE: &str = "ooode.drop_table";
 /// Action that returns the worker's read counters as JSON ([`crate::worker::WorkerReads`]).
 pub const READS: &str = "ooode.reads";
+/// Action that empties the worker's buffer pool (benchmarks' cold runs).
+pub const EMPTY_POOL: &str = "ooode.empty_pool";
 
 /// The command of a shard load (`DoPut`): what to write where.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -195,6 +197,12 @@ impl FlightService for ShardService {
             }
             READS => serde_json::to_vec(&self.shards.reads())
                 .map_err(|e| Status::internal(e.to_string()))?,
+            EMPTY_POOL => {
+                ooode::access::OoodeRuntime::for_env(self.shards.runtime())
+                    .pool()
+                    .clear();
+                b"true".to_vec()
+            }
             other => return Err(Status::unimplemented(format!("unknown action '{other}'"))),
         };
         let result = arrow_flight::Result { body: body.into() };
@@ -208,6 +216,7 @@ impl FlightService for ShardService {
         let actions = [
             (DROP_TABLE, "remove a table's shards from this worker"),
             (READS, "this worker's page read counters"),
+            (EMPTY_POOL, "empty this worker's buffer pool"),
         ]
         .map(|(t, d)| {
             Ok(ActionType {

@@ -272,7 +272,8 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| DataFusionError::Execution(format!("listen on {listen}: {e}")))?;
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    // Small messages (plans, lookups) must not wait for Nagle's algorithm.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(worker.into_worker_server())
         .add_service(crate::service::flight_server(shards))

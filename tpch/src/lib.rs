@@ -3,6 +3,7 @@
 //! against fio, and the JSON and SVG reports of a run.
 
 pub mod ceiling;
+pub mod cluster;
 pub mod concurrency;
 pub mod datagen;
 pub mod fig4;

@@ -209,6 +209,31 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         jitter_ms: f64,
     },
+    /// Sharded tables on 1 and 3 workers (separate processes on loopback): the Fig. 4 sweep
+    /// and Q3'...Q17', cold and hot, next to ooode on one node; per-worker reads and IOPS,
+    /// bytes between stages and brought back by lookups; writes cluster.json and plots.
+    Cluster {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Worker counts to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,3")]
+        workers: Vec<usize>,
+        /// Seconds a query may take.
+        #[arg(long, default_value_t = 60)]
+        limit: u64,
+        /// Report directory.
+        #[arg(long, default_value = "results/cluster")]
+        out: PathBuf,
+    },
+    /// A worker of `cluster`: serves the shards in DATA on LISTEN until killed.
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        data: PathBuf,
+    },
     /// One fresh process's first query (used by `fresh`); prints one JSON line.
     #[command(hide = true)]
     FirstQuery {
@@ -434,6 +459,37 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 println!("wrote {f}");
             }
         }
+        Command::Cluster {
+            sf,
+            workers,
+            limit,
+            out,
+        } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let report = runtime.block_on(ooode_tpch::cluster::run(
+                &data,
+                &workers,
+                std::time::Duration::from_secs(limit),
+            ))?;
+            println!("{}", ooode_tpch::cluster::format_report(&report));
+            for f in ooode_tpch::cluster::write(&report, &out)? {
+                println!("wrote {f}");
+            }
+            let bad: Vec<String> = report
+                .points
+                .iter()
+                .filter(|p| !p.equal && p.secs.is_some())
+                .map(|p| format!("{} on {} worker(s), {}", p.query, p.workers, p.cache))
+                .collect();
+            if !bad.is_empty() {
+                return Err(format!("results differ: {}", bad.join("; ")).into());
+            }
+        }
+        Command::Worker { listen, data } => ooode_tpch::cluster::serve_worker(listen, data)?,
         Command::Fresh { sf, n, processes } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
