@@ -265,6 +265,17 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
     }
     let explain = rows(&ctx, &format!("EXPLAIN {colocated}")).await.join("\n");
     assert!(explain.contains("lookups=to the key's shard"), "{explain}");
+    // Semi and anti joins look up too: Q4's EXISTS (lineitem by its order key), Q22's NOT
+    // EXISTS (orders by its o_custkey index).
+    for (n, kind) in [
+        (4, "ShardLookupJoinExec: Semi"),
+        (22, "ShardLookupJoinExec: Anti"),
+    ] {
+        let explain = rows(&ctx, &format!("EXPLAIN {}", query(n)))
+            .await
+            .join("\n");
+        assert!(explain.contains(kind), "q{n}: {explain}");
+    }
     run(&ctx, "SET ooode.index_join = 'auto'").await;
 
     // EXPLAIN shows the stages, their tasks and the worker of every shard read.
@@ -356,4 +367,54 @@ fn df_result(
     r: datafusion::common::Result<Vec<datafusion::arrow::record_batch::RecordBatch>>,
 ) -> Result<usize, String> {
     r.map(|b| b.len()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_shell_coordinates_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let workers = start_workers(dir.path(), 2);
+    let addrs: Vec<&str> = workers.iter().map(|w| w.addr.as_str()).collect();
+    let table = dir.path().join("t").display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_ooode"))
+        .args(["-q", "--workers", &addrs.join(",")])
+        .args(["-c", &format!(
+            "COPY (SELECT value AS k, value % 10 AS g FROM generate_series(1, 5000)) TO '{table}' \
+             STORED AS OOODE OPTIONS ('ooode.clustering_key' 'k', 'ooode.indexes' 'g', \
+             'ooode.shards' '4')"
+        )])
+        .args(["-c", &format!("CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{table}'")])
+        .args(["-c", "SELECT COUNT(*) AS n, SUM(k) AS s FROM t WHERE g = 3"])
+        .args(["-c", "EXPLAIN SELECT COUNT(*) FROM t WHERE g = 3"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    // 500 rows with g = 3: 3 + 13 + ... + 4993.
+    assert!(text.contains("| 500 | 1249000 |"), "{text}");
+    // Four shards over two workers: each worker runs the task reading its two.
+    let map = ShardMap::read(Path::new(&table)).unwrap();
+    assert_eq!(map.shards.len(), 4);
+    assert!(
+        text.contains("Stage 1")
+            && text.contains(&format!("shards=[0@{}, 2@{}]", addrs[0], addrs[0])),
+        "{text}"
+    );
+
+    // Without workers, a sharded COPY is an error saying what is missing.
+    let out = Command::new(env!("CARGO_BIN_EXE_ooode"))
+        .args([
+            "-q",
+            "-c",
+            &format!(
+                "COPY (SELECT 1 AS k) TO '{table}2' STORED AS OOODE OPTIONS ('ooode.shards' '2')"
+            ),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("needs workers") && text.contains("--workers"),
+        "{text}"
+    );
 }

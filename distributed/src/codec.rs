@@ -10,7 +10,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-use crate::lookup::{LookupJoin, ShardLookupJoinExec};
+use crate::lookup::{LookupJoin, LookupKind, ShardLookupJoinExec};
 use crate::scan::{ShardScanExec, ShardScanSpec};
 use crate::worker::LocalShards;
 
@@ -55,13 +55,25 @@ impl PhysicalExtensionCodec for OoodeCodec {
                         inputs.len()
                     )));
                 };
-                let ([outer_key, inner_key, inner_key_output, fanout], spec) = decode_lookup(rest)?;
+                let ([outer_key, inner_key, inner_key_output, fanout, kind], spec) =
+                    decode_lookup(rest)?;
                 let join = LookupJoin {
                     inner: ShardScanSpec::decode(spec)?,
                     outer_key: outer_key as usize,
                     inner_key: inner_key as usize,
                     inner_key_output: inner_key_output as usize,
                     fanout: f64::from_bits(fanout),
+                    kind: match kind {
+                        0 => LookupKind::Inner,
+                        1 => LookupKind::Semi,
+                        2 => LookupKind::Anti,
+                        3 => LookupKind::LeftOuter,
+                        other => {
+                            return Err(DataFusionError::Execution(format!(
+                                "unknown lookup join kind {other}"
+                            )));
+                        }
+                    },
                 };
                 Ok(Arc::new(ShardLookupJoinExec::try_new(
                     outer.clone(),
@@ -98,7 +110,13 @@ impl PhysicalExtensionCodec for OoodeCodec {
                 j.inner_key as u64,
                 j.inner_key_output as u64,
             ];
-            for n in numbers.into_iter().chain([j.fanout.to_bits()]) {
+            let kind = match j.kind {
+                LookupKind::Inner => 0,
+                LookupKind::Semi => 1,
+                LookupKind::Anti => 2,
+                LookupKind::LeftOuter => 3,
+            };
+            for n in numbers.into_iter().chain([j.fanout.to_bits(), kind]) {
                 buf.extend(n.to_le_bytes());
             }
             buf.extend(j.inner.encode()?);
@@ -111,10 +129,10 @@ impl PhysicalExtensionCodec for OoodeCodec {
     }
 }
 
-/// The four numbers of a lookup join's encoding (three columns, the fanout's bits), and the
-/// rest (its inner scan).
-fn decode_lookup(bytes: &[u8]) -> Result<([u64; 4], &[u8])> {
-    let mut numbers = [0u64; 4];
+/// The five numbers of a lookup join's encoding (three columns, the fanout's bits, the
+/// kind), and the rest (its inner scan).
+fn decode_lookup(bytes: &[u8]) -> Result<([u64; 5], &[u8])> {
+    let mut numbers = [0u64; 5];
     let mut rest = bytes;
     for n in &mut numbers {
         let (head, tail) = rest.split_first_chunk::<8>().ok_or_else(|| {
@@ -129,7 +147,7 @@ fn decode_lookup(bytes: &[u8]) -> Result<([u64; 4], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lookup::LookupJoin;
+    use crate::lookup::{LookupJoin, LookupKind};
     use crate::scan::Probe;
     use crate::shard_map::{ShardEntry, ShardMap};
     use datafusion::arrow::array::{Int64Array, RecordBatch};
@@ -216,22 +234,30 @@ mod tests {
             Field::new("a", DataType::Utf8, true),
             Field::new("fk", DataType::Int64, true),
         ]))));
-        let join = LookupJoin {
-            inner: spec(),
-            outer_key: 1,
-            inner_key: 0,
-            inner_key_output: 1,
-            fanout: 2.5,
-        };
-        let node: Arc<dyn ExecutionPlan> =
-            Arc::new(ShardLookupJoinExec::try_new(outer.clone(), join.clone(), None).unwrap());
-        let back = round_trip(node.clone(), &[outer]);
-        assert_eq!(
-            back.downcast_ref::<ShardLookupJoinExec>().unwrap().join(),
-            &join
-        );
-        assert_eq!(text(&back), text(&node));
-        assert_eq!(back.schema(), node.schema());
+        for kind in [
+            LookupKind::Inner,
+            LookupKind::Semi,
+            LookupKind::Anti,
+            LookupKind::LeftOuter,
+        ] {
+            let join = LookupJoin {
+                inner: spec(),
+                outer_key: 1,
+                inner_key: 0,
+                inner_key_output: 1,
+                fanout: 2.5,
+                kind,
+            };
+            let node: Arc<dyn ExecutionPlan> =
+                Arc::new(ShardLookupJoinExec::try_new(outer.clone(), join.clone(), None).unwrap());
+            let back = round_trip(node.clone(), std::slice::from_ref(&outer));
+            assert_eq!(
+                back.downcast_ref::<ShardLookupJoinExec>().unwrap().join(),
+                &join
+            );
+            assert_eq!(text(&back), text(&node));
+            assert_eq!(back.schema(), node.schema());
+        }
     }
 
     #[test]
@@ -276,7 +302,7 @@ mod tests {
             decode(&[SHARD_LOOKUP_JOIN, 0, 0], std::slice::from_ref(&outer)).contains("cut short")
         );
         let mut lookup = vec![SHARD_LOOKUP_JOIN];
-        for n in [4u64, 0, 1, 1.0f64.to_bits()] {
+        for n in [4u64, 0, 1, 1.0f64.to_bits(), 0] {
             lookup.extend(n.to_le_bytes());
         }
         lookup.extend(spec().encode().unwrap());

@@ -41,6 +41,28 @@ use crate::worker::LocalShards;
 /// Outer batches whose lookups are in flight at once, per partition.
 const BATCHES_IN_FLIGHT: usize = 8;
 
+/// Which rows a lookup join produces (the outer input is the preserved side).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupKind {
+    /// Matching pairs.
+    #[default]
+    Inner,
+    /// Outer rows with at least one match (outer columns only).
+    Semi,
+    /// Outer rows without a match (outer columns only).
+    Anti,
+    /// Matching pairs, and outer rows without a match padded with nulls.
+    LeftOuter,
+}
+
+impl LookupKind {
+    /// Whether the output has the inner columns.
+    fn has_inner(self) -> bool {
+        matches!(self, LookupKind::Inner | LookupKind::LeftOuter)
+    }
+}
+
 /// What the join is, apart from its outer input: shipped by the codec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LookupJoin {
@@ -55,6 +77,9 @@ pub struct LookupJoin {
     /// Inner rows per key (estimated from the table's statistics), for the row estimate.
     #[serde(default = "one")]
     pub fanout: f64,
+    /// Which rows it produces.
+    #[serde(default)]
+    pub kind: LookupKind,
 }
 
 fn one() -> f64 {
@@ -116,6 +141,15 @@ impl ShardLookupJoinExec {
         local: Option<Arc<LocalShards>>,
     ) -> Result<Self> {
         let inner_schema = join.inner.output_schema()?;
+        let inner_fields: Vec<Arc<Field>> = match join.kind {
+            LookupKind::Inner => inner_schema.fields().iter().cloned().collect(),
+            LookupKind::LeftOuter => inner_schema
+                .fields()
+                .iter()
+                .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
+                .collect(),
+            LookupKind::Semi | LookupKind::Anti => vec![],
+        };
         if join.outer_key >= outer.schema().fields().len()
             || join.inner_key >= join.inner.columns.len()
             || join.inner.projection.get(join.inner_key_output) != Some(&join.inner_key)
@@ -129,8 +163,8 @@ impl ShardLookupJoinExec {
             .schema()
             .fields()
             .iter()
-            .chain(inner_schema.fields())
             .cloned()
+            .chain(inner_fields)
             .collect();
         let schema = Arc::new(Schema::new(fields));
         let properties = Arc::new(PlanProperties::new(
@@ -176,7 +210,8 @@ impl DisplayAs for ShardLookupJoinExec {
             .clone();
         write!(
             f,
-            "ShardLookupJoinExec: {outer_key} = {}.{key}, shards={}, lookups={}",
+            "ShardLookupJoinExec: {:?} {outer_key} = {}.{key}, shards={}, lookups={}",
+            self.join.kind,
             inner.table,
             inner.shards.len(),
             if self.join.routed_by_key() {
@@ -307,12 +342,13 @@ impl Lookups {
                 firsts.push(i as u32);
             }
         }
-        if firsts.is_empty() {
-            return Ok(RecordBatch::new_empty(self.schema.clone()));
-        }
-        let keys = take(&key, &UInt32Array::from(firsts), None)?;
-        self.metrics.keys.add(keys.len());
-        let inner = self.fetch(keys).await?;
+        let inner = if firsts.is_empty() {
+            RecordBatch::new_empty(self.inner_schema.clone())
+        } else {
+            let keys = take(&key, &UInt32Array::from(firsts), None)?;
+            self.metrics.keys.add(keys.len());
+            self.fetch(keys).await?
+        };
         // Inner rows by key, then every outer row's matches.
         let inner_key = inner.column(self.join.inner_key_output).clone();
         let inner_rows = converter.convert_columns(&[inner_key])?;
@@ -320,25 +356,43 @@ impl Lookups {
         for j in 0..inner.num_rows() {
             by_key.entry(inner_rows.row(j)).or_default().push(j as u32);
         }
-        let (mut outer_idx, mut inner_idx) = (Vec::new(), Vec::new());
+        // Output rows as (outer row, inner row or none for a padded / semi / anti row).
+        let kind = self.join.kind;
+        let (mut outer_idx, mut inner_idx) = (Vec::new(), Vec::<Option<u32>>::new());
         for i in 0..outer.num_rows() {
-            if !key.is_valid(i) {
-                continue;
-            }
-            if let Some(matches) = by_key.get(&outer_rows.row(i)) {
-                for &j in matches {
-                    outer_idx.push(i as u32);
-                    inner_idx.push(j);
+            let matches = match key.is_valid(i) {
+                true => by_key
+                    .get(&outer_rows.row(i))
+                    .map_or(&[][..], |m| m.as_slice()),
+                false => &[],
+            };
+            match kind {
+                LookupKind::Inner | LookupKind::LeftOuter => {
+                    for &j in matches {
+                        outer_idx.push(i as u32);
+                        inner_idx.push(Some(j));
+                    }
+                    if matches.is_empty() && kind == LookupKind::LeftOuter {
+                        outer_idx.push(i as u32);
+                        inner_idx.push(None);
+                    }
                 }
+                LookupKind::Semi if !matches.is_empty() => outer_idx.push(i as u32),
+                LookupKind::Anti if matches.is_empty() => outer_idx.push(i as u32),
+                LookupKind::Semi | LookupKind::Anti => {}
             }
         }
         let outer_idx = UInt32Array::from(outer_idx);
         let inner_idx = UInt32Array::from(inner_idx);
+        let inner_columns: &[ArrayRef] = match kind.has_inner() {
+            true => inner.columns(),
+            false => &[],
+        };
         let columns = outer
             .columns()
             .iter()
             .map(|c| take(c, &outer_idx, None))
-            .chain(inner.columns().iter().map(|c| take(c, &inner_idx, None)))
+            .chain(inner_columns.iter().map(|c| take(c, &inner_idx, None)))
             .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }

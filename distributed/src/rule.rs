@@ -1,5 +1,7 @@
 //! `ShardLookupRule`: a hash join whose one side reads a sharded table through an index's
-//! leading column becomes a [`ShardLookupJoinExec`] where lookups win.
+//! leading column becomes a [`ShardLookupJoinExec`] where lookups win: inner joins (either
+//! side), and outer, semi and anti joins whose preserved side is the other one. Joins with a
+//! condition beyond the key equality stay hash joins.
 //!
 //! It runs on the coordinator right after ooode's own index rule, before DataFusion adds
 //! repartitions, and only changes plans: the replaced join's key, output columns and order
@@ -33,7 +35,7 @@ use ooode::config::{IndexJoinMode, OoodeConfig};
 use ooode::exec::IndexJoinKind;
 use ooode::optimizer::rule::restore_join_output;
 
-use crate::lookup::{LookupJoin, ShardLookupJoinExec};
+use crate::lookup::{LookupJoin, LookupKind, ShardLookupJoinExec};
 use crate::scan::{ShardScanExec, ShardScanSpec};
 
 /// See the module docs.
@@ -88,23 +90,31 @@ fn below_moves(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
     }
 }
 
-/// The sharded scan `plan` reads, with all of the predicate above it (if any) shipped in it.
-fn shard_read(plan: &Arc<dyn ExecutionPlan>) -> Option<&ShardScanSpec> {
+/// The sharded scan `plan` reads, with all of the predicate above it (if any) shipped in it,
+/// and the columns `plan` outputs as its projection.
+fn shard_read(plan: &Arc<dyn ExecutionPlan>) -> Option<ShardScanSpec> {
     let plan = below_moves(plan);
     if let Some(scan) = plan.downcast_ref::<ShardScanExec>() {
-        return Some(scan.spec());
+        return Some(scan.spec().clone());
     }
     let filter = plan.downcast_ref::<FilterExec>()?;
-    if filter.projection().is_some() {
-        return None;
-    }
     let spec = below_moves(filter.input())
         .downcast_ref::<ShardScanExec>()?
         .spec();
     // Every filter the scan got was shipped, and the predicate above is just those.
     let complete = spec.filters_pushed == spec.filters_shipped
         && split_conjunction(filter.predicate()).len() == spec.filters_pushed;
-    complete.then_some(spec)
+    if !complete {
+        return None;
+    }
+    let mut spec = spec.clone();
+    if let Some(columns) = filter.projection() {
+        spec.projection = columns
+            .iter()
+            .map(|&i| spec.projection.get(i).copied())
+            .collect::<Option<Vec<_>>>()?;
+    }
+    Some(spec)
 }
 
 fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
@@ -120,11 +130,17 @@ fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
 /// Inner rows per distinct key: the table's rows over the key's distinct values (known, or
 /// the span of an integer key's min..max), 1 when nothing is known. From the scan's own
 /// statistics: the whole table's, not those left after the filter.
-fn fanout(inner: &Arc<dyn ExecutionPlan>, column: usize, table_rows: u64) -> f64 {
+fn fanout(inner: &Arc<dyn ExecutionPlan>, table_col: usize, table_rows: u64) -> f64 {
     let mut scan = below_moves(inner);
     if let Some(filter) = scan.downcast_ref::<FilterExec>() {
         scan = below_moves(filter.input());
     }
+    let Some(column) = scan
+        .downcast_ref::<ShardScanExec>()
+        .and_then(|s| s.spec().projection.iter().position(|&c| c == table_col))
+    else {
+        return 1.0;
+    };
     let Ok(stats) = StatisticsContext::new().compute(scan.as_ref(), &StatisticsArgs::new()) else {
         return 1.0;
     };
@@ -154,8 +170,7 @@ fn lookup_join(
     join: &HashJoinExec,
     config: &OoodeConfig,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if join.join_type != JoinType::Inner
-        || join.filter.is_some()
+    if join.filter.is_some()
         || join.null_aware
         || join.null_equality != NullEquality::NullEqualsNothing
         || join.fetch().is_some()
@@ -163,8 +178,28 @@ fn lookup_join(
     {
         return Ok(None);
     }
-    let mut best: Option<(usize, JoinSide, Arc<dyn ExecutionPlan>, LookupJoin)> = None;
-    for inner_side in [JoinSide::Right, JoinSide::Left] {
+    // (inner side, kind): the outer side is the one the join preserves.
+    let candidates: &[(JoinSide, LookupKind)] = match join.join_type {
+        JoinType::Inner => &[
+            (JoinSide::Right, LookupKind::Inner),
+            (JoinSide::Left, LookupKind::Inner),
+        ],
+        JoinType::Left => &[(JoinSide::Right, LookupKind::LeftOuter)],
+        JoinType::LeftSemi => &[(JoinSide::Right, LookupKind::Semi)],
+        JoinType::LeftAnti => &[(JoinSide::Right, LookupKind::Anti)],
+        JoinType::Right => &[(JoinSide::Left, LookupKind::LeftOuter)],
+        JoinType::RightSemi => &[(JoinSide::Left, LookupKind::Semi)],
+        JoinType::RightAnti => &[(JoinSide::Left, LookupKind::Anti)],
+        _ => &[],
+    };
+    let mut best: Option<(
+        usize,
+        JoinSide,
+        LookupKind,
+        Arc<dyn ExecutionPlan>,
+        LookupJoin,
+    )> = None;
+    for &(inner_side, kind) in candidates {
         let (inner_plan, outer_plan, inner_expr, outer_expr) = match inner_side {
             JoinSide::Left => (&join.left, &join.right, &join.on[0].0, &join.on[0].1),
             _ => (&join.right, &join.left, &join.on[0].1, &join.on[0].0),
@@ -194,12 +229,14 @@ fn lookup_join(
         };
         let rank = outer_rows.unwrap_or(usize::MAX);
         if wanted && best.as_ref().is_none_or(|b| rank < b.0) {
+            let table_rows = spec.table_rows;
             let lookup = LookupJoin {
-                inner: spec.clone(),
+                inner: spec,
                 outer_key: outer_col.index(),
                 inner_key: table_col,
                 inner_key_output: inner_col.index(),
-                fanout: fanout(inner_plan, inner_col.index(), spec.table_rows),
+                fanout: fanout(inner_plan, table_col, table_rows),
+                kind,
             };
             // A build side gathered into one partition for a hash join need not be: the
             // lookups run in the outer side's own tasks (on the workers, where it is a scan).
@@ -207,12 +244,18 @@ fn lookup_join(
                 Some(c) if c.fetch().is_none() => c.input().clone(),
                 _ => outer_plan.clone(),
             };
-            best = Some((rank, inner_side, outer, lookup));
+            best = Some((rank, inner_side, kind, outer, lookup));
         }
     }
-    let Some((_, inner_side, outer, lookup)) = best else {
+    let Some((_, inner_side, kind, outer, lookup)) = best else {
         return Ok(None);
     };
     let node = Arc::new(ShardLookupJoinExec::try_new(outer, lookup, None)?);
-    restore_join_output(join, node, inner_side, IndexJoinKind::Inner).map(Some)
+    let kind = match kind {
+        LookupKind::Inner => IndexJoinKind::Inner,
+        LookupKind::Semi => IndexJoinKind::Semi,
+        LookupKind::Anti => IndexJoinKind::Anti,
+        LookupKind::LeftOuter => IndexJoinKind::LeftOuter,
+    };
+    restore_join_output(join, node, inner_side, kind).map(Some)
 }
