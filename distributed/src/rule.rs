@@ -192,13 +192,15 @@ fn lookup_join(
         JoinType::RightAnti => &[(JoinSide::Left, LookupKind::Anti)],
         _ => &[],
     };
-    let mut best: Option<(
+    // (estimated outer rows, inner side, kind, outer plan, join) of the best candidate.
+    type Choice = (
         usize,
         JoinSide,
         LookupKind,
         Arc<dyn ExecutionPlan>,
         LookupJoin,
-    )> = None;
+    );
+    let mut best: Option<Choice> = None;
     for &(inner_side, kind) in candidates {
         let (inner_plan, outer_plan, inner_expr, outer_expr) = match inner_side {
             JoinSide::Left => (&join.left, &join.right, &join.on[0].0, &join.on[0].1),
