@@ -29,6 +29,7 @@ pub mod session;
 pub mod shard_map;
 pub mod stats;
 pub mod table;
+pub mod table_codec;
 pub mod worker;
 
 pub use codec::OoodeCodec;
@@ -36,4 +37,5 @@ pub use scan::{ShardScanExec, ShardScanSpec};
 pub use session::with_ooode_distributed;
 pub use shard_map::ShardMap;
 pub use table::ShardedTable;
+pub use table_codec::OoodeTableCodec;
 pub use worker::{LocalShards, WorkerReads, serve};

@@ -48,6 +48,11 @@ impl ShardedTable {
     pub fn shard_map(&self) -> &ShardMap {
         &self.map
     }
+
+    /// The directory of its shard map.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// `e` with every column unqualified: the worker plans the shard as a table of its own.
