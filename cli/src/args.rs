@@ -43,6 +43,10 @@ pub enum Command {
         /// Directory holding this worker's shards (created if missing).
         #[arg(long)]
         data: PathBuf,
+        /// Memory limit of everything the worker runs (and of ooode's buffer pool share),
+        /// e.g. `4G`; none by default.
+        #[arg(short = 'm', long, value_parser = byte_size)]
+        memory_limit: Option<usize>,
     },
 }
 

@@ -34,7 +34,11 @@ async fn main() -> ExitCode {
     let done = match cli.command {
         None => shell::run(cli.shell).await,
         Some(Command::Compact { dir }) => compact(&dir).await,
-        Some(Command::Worker { listen, data }) => worker(listen, data).await,
+        Some(Command::Worker {
+            listen,
+            data,
+            memory_limit,
+        }) => worker(listen, data, memory_limit).await,
     };
     match done {
         Ok(()) => ExitCode::SUCCESS,
@@ -49,8 +53,13 @@ async fn main() -> ExitCode {
 async fn worker(
     listen: std::net::SocketAddr,
     data: std::path::PathBuf,
+    memory_limit: Option<usize>,
 ) -> datafusion::common::Result<()> {
     eprintln!("ooode worker on {listen}, shards in {}", data.display());
+    let mut runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new();
+    if let Some(limit) = memory_limit {
+        runtime = runtime.with_memory_limit(limit, 1.0);
+    }
     let stop = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("a SIGTERM handler installs");
@@ -59,7 +68,7 @@ async fn worker(
             _ = term.recv() => {}
         }
     };
-    ooode_distributed::serve(listen, data, stop).await
+    ooode_distributed::serve_with_runtime(listen, data, runtime.build_arc()?, stop).await
 }
 
 /// `ooode compact DIR`.

@@ -418,3 +418,86 @@ fn the_shell_coordinates_workers() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_join_over_the_workers_memory_limit_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    // Workers limited to 16 MiB each.
+    let workers: Vec<Worker> = (0..2)
+        .map(|i| {
+            let addr = free_addr();
+            let data = dir.path().join(format!("worker{i}"));
+            let child = Command::new(env!("CARGO_BIN_EXE_ooode"))
+                .args(["worker", "--listen", &addr, "-m", "16M", "--data"])
+                .arg(&data)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while TcpStream::connect(&addr).is_err() {
+                assert!(Instant::now() < deadline, "worker {addr} never listened");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Worker { addr, data, child }
+        })
+        .collect();
+    let ctx = coordinator(&workers);
+    for (name, sql) in [
+        (
+            "big",
+            "SELECT value AS k, value % 50 AS g, repeat('x', 200) AS pad \
+             FROM generate_series(1, 200000)",
+        ),
+        ("keys", "SELECT value AS g FROM generate_series(0, 49)"),
+    ] {
+        let at = dir.path().join(name);
+        let options = match name {
+            "big" => "'ooode.clustering_key' 'k', 'ooode.indexes' 'g', 'ooode.shards' '2'",
+            _ => "'ooode.clustering_key' 'g', 'ooode.shards' '2'",
+        };
+        run(
+            &ctx,
+            &format!(
+                "COPY ({sql}) TO '{}' STORED AS OOODE OPTIONS ({options})",
+                at.display()
+            ),
+        )
+        .await;
+        run(
+            &ctx,
+            &format!(
+                "CREATE EXTERNAL TABLE {name} STORED AS OOODE LOCATION '{}'",
+                at.display()
+            ),
+        )
+        .await;
+    }
+    run(&ctx, "SET ooode.index_join = 'always'").await;
+    // A few keys fit: 4000 rows of 200 bytes each.
+    assert_eq!(
+        rows(
+            &ctx,
+            "SELECT COUNT(*) FROM keys JOIN big ON keys.g = big.g WHERE keys.g = 7"
+        )
+        .await,
+        ["4000"]
+    );
+    // Every key at once: 200,000 rows of 200 bytes come back to the workers' lookups.
+    let sql = "SELECT COUNT(*), MAX(length(pad)) FROM keys JOIN big ON keys.g = big.g";
+    let explain = rows(&ctx, &format!("EXPLAIN {sql}")).await.join("\n");
+    assert!(explain.contains("ShardLookupJoinExec"), "{explain}");
+    let err = ctx
+        .sql(sql)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Resources exhausted") && err.contains("ShardLookupJoinExec"),
+        "{err}"
+    );
+}

@@ -38,4 +38,4 @@ pub use session::with_ooode_distributed;
 pub use shard_map::ShardMap;
 pub use table::ShardedTable;
 pub use table_codec::OoodeTableCodec;
-pub use worker::{LocalShards, WorkerReads, serve};
+pub use worker::{LocalShards, WorkerReads, serve, serve_with_runtime};

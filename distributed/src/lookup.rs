@@ -19,6 +19,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -294,6 +295,7 @@ impl ExecutionPlan for ShardLookupJoinExec {
             local: self.local.clone(),
             config: context.session_config().clone(),
             metrics: LookupMetrics::new(&self.metrics, partition),
+            memory: context.memory_pool().clone(),
         });
         let batch_size = context.session_config().batch_size();
         let joined = outer
@@ -326,6 +328,8 @@ struct Lookups {
     local: Option<Arc<LocalShards>>,
     config: datafusion::prelude::SessionConfig,
     metrics: LookupMetrics,
+    /// The query's memory pool: a batch's fetched rows and output are reserved in it.
+    memory: Arc<dyn MemoryPool>,
 }
 
 impl Lookups {
@@ -349,6 +353,10 @@ impl Lookups {
             self.metrics.keys.add(keys.len());
             self.fetch(keys).await?
         };
+        // The fetched rows, and below the output, count against the query's memory limit
+        // while this batch is joined (released when it is handed on).
+        let reservation = MemoryConsumer::new("ShardLookupJoinExec").register(&self.memory);
+        reservation.try_grow(inner.get_array_memory_size())?;
         // Inner rows by key, then every outer row's matches.
         let inner_key = inner.column(self.join.inner_key_output).clone();
         let inner_rows = converter.convert_columns(&[inner_key])?;
@@ -394,7 +402,9 @@ impl Lookups {
             .map(|c| take(c, &outer_idx, None))
             .chain(inner_columns.iter().map(|c| take(c, &inner_idx, None)))
             .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+        let output = RecordBatch::try_new(self.schema.clone(), columns)?;
+        reservation.try_grow(output.get_array_memory_size())?;
+        Ok(output)
     }
 
     /// The inner rows whose key is one of `keys`, from every shard that can hold them.

@@ -253,16 +253,27 @@ impl LocalShards {
     }
 }
 
-/// Runs a worker on `listen` over the shards in `data` until `shutdown` completes.
+/// Runs a worker on `listen` over the shards in `data` until `shutdown` completes, with
+/// DataFusion's default runtime (no memory limit).
 pub async fn serve(
     listen: SocketAddr,
     data: PathBuf,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<()> {
+    serve_with_runtime(listen, data, Arc::new(RuntimeEnv::default()), shutdown).await
+}
+
+/// [`serve`] with `runtime` for every stage and shard read of the worker: its memory pool
+/// bounds them all (and ooode's buffer pool's share of it).
+pub async fn serve_with_runtime(
+    listen: SocketAddr,
+    data: PathBuf,
+    runtime: Arc<RuntimeEnv>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
     std::fs::create_dir_all(&data).map_err(|e| {
         DataFusionError::Execution(format!("create the data directory {}: {e}", data.display()))
     })?;
-    let runtime = Arc::new(RuntimeEnv::default());
     let shards = Arc::new(LocalShards::new(data, runtime.clone()));
     let worker =
         datafusion_distributed::Worker::from_session_builder(crate::session::WorkerSession {
