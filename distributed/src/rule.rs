@@ -10,10 +10,10 @@
 //! scan holds more than the scan was given).
 //!
 //! `ooode.index_join`: `never` keeps hash joins; `always` uses lookups wherever they fit;
-//! `auto` uses them when the outer side's estimated rows are at most `ooode.index_cost_ratio`
-//! percent of the inner table's rows (0.5 % by default: the selective joins OoODE is for),
-//! since a lookup costs about one page read per key on its worker while the hash join reads
-//! the whole inner table.
+//! `auto` uses them when the rows they would fetch (the outer side's estimated rows times the
+//! inner rows per key) are at most `ooode.index_cost_ratio` percent of the inner table's rows
+//! (0.5 % by default: the selective joins OoODE is for), since a fetched row costs about one
+//! page read on its worker while the hash join reads the whole inner table.
 
 use std::sync::Arc;
 
@@ -222,22 +222,24 @@ fn lookup_join(
             continue;
         }
         let outer_rows = estimated_rows(outer_plan);
+        let fanout = fanout(inner_plan, table_col, spec.table_rows);
+        // Rows the lookups would fetch (about a page read each, on the workers) against the
+        // table a hash join reads whole.
         let wanted = match config.index_join {
             IndexJoinMode::Always => true,
             IndexJoinMode::Never => false,
             IndexJoinMode::Auto => outer_rows.is_some_and(|n| {
-                (n as f64) <= spec.table_rows as f64 * config.index_cost_ratio / 100.0
+                n as f64 * fanout <= spec.table_rows as f64 * config.index_cost_ratio / 100.0
             }),
         };
         let rank = outer_rows.unwrap_or(usize::MAX);
         if wanted && best.as_ref().is_none_or(|b| rank < b.0) {
-            let table_rows = spec.table_rows;
             let lookup = LookupJoin {
                 inner: spec,
                 outer_key: outer_col.index(),
                 inner_key: table_col,
                 inner_key_output: inner_col.index(),
-                fanout: fanout(inner_plan, table_col, table_rows),
+                fanout,
                 kind,
             };
             // A build side gathered into one partition for a hash join need not be: the

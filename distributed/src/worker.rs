@@ -34,7 +34,6 @@ const PROBE_KEY: &str = "__ooode_probe_key";
 use crate::shard_map::valid_table_id;
 
 /// The shards of this worker process and the runtime that reads them.
-#[derive(Debug)]
 pub struct LocalShards {
     data: PathBuf,
     runtime: Arc<RuntimeEnv>,
@@ -44,7 +43,30 @@ pub struct LocalShards {
     fetches: std::sync::atomic::AtomicU64,
     /// Lookups (a lookup join's probes) asked for by another process.
     lookups: std::sync::atomic::AtomicU64,
+    /// Sessions shard reads run in, by what distinguishes them.
+    sessions: Mutex<HashMap<SessionKey, SessionContext>>,
 }
+
+impl std::fmt::Debug for LocalShards {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("LocalShards")
+            .field("data", &self.data)
+            .field("tables", &self.tables.lock().len())
+            .finish()
+    }
+}
+
+/// What makes two shard reads' sessions differ.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SessionKey {
+    settings: Vec<(String, String)>,
+    probe: bool,
+    batch_size: usize,
+    target_partitions: usize,
+}
+
+/// Sessions kept at most (a coordinator that changes settings all the time makes new ones).
+const MAX_SESSIONS: usize = 64;
 
 /// Page reads of a worker's ooode runtime, for tests and benchmarks that check where a
 /// query read.
@@ -72,6 +94,7 @@ impl LocalShards {
             tables: Mutex::default(),
             fetches: Default::default(),
             lookups: Default::default(),
+            sessions: Mutex::default(),
         }
     }
 
@@ -143,6 +166,17 @@ impl LocalShards {
     /// A session on this worker's runtime with ooode, `base`'s settings and the scan's
     /// `ooode.*` settings.
     fn session(&self, base: SessionConfig, spec: &ShardScanSpec) -> Result<SessionContext> {
+        // Made once per distinct settings: a session with every function registered costs
+        // more than a small lookup.
+        let key = SessionKey {
+            settings: spec.settings.clone(),
+            probe: spec.probe.is_some(),
+            batch_size: base.batch_size(),
+            target_partitions: base.target_partitions(),
+        };
+        if let Some(ctx) = self.sessions.lock().get(&key) {
+            return Ok(ctx.clone());
+        }
         let mut config = base;
         if config.options().extensions.get::<OoodeConfig>().is_none() {
             config = config.with_option_extension(OoodeConfig::default());
@@ -158,9 +192,13 @@ impl LocalShards {
             .with_default_features()
             .with_config(config)
             .with_runtime_env(self.runtime.clone());
-        Ok(SessionContext::new_with_state(
-            ooode_providers::with_ooode(builder).build(),
-        ))
+        let ctx = SessionContext::new_with_state(ooode_providers::with_ooode(builder).build());
+        let mut sessions = self.sessions.lock();
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.clear();
+        }
+        sessions.insert(key, ctx.clone());
+        Ok(ctx)
     }
 
     async fn open(&self, dir: PathBuf, ctx: &SessionContext) -> Result<Arc<OoodeTable>> {
