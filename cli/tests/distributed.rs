@@ -17,7 +17,7 @@ use ooode_tpch::fig4::fig4_sql;
 use ooode_tpch::runner::query_rows;
 use ooode_tpch::tables::{TABLES, TpchTable};
 
-const SF: f64 = 0.01;
+const SF: f64 = 0.1;
 
 /// An `ooode worker` process, killed when dropped.
 struct Worker {
