@@ -278,6 +278,39 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
     }
     run(&ctx, "SET ooode.index_join = 'auto'").await;
 
+    // A one-node ooode table of the coordinator answers alone, and joined with sharded
+    // tables is refused while planning, saying why (its files are not on the workers).
+    run(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE nation_here STORED AS OOODE LOCATION '{}'",
+            data.ooode_table("nation").display()
+        ),
+    )
+    .await;
+    let alone = "SELECT COUNT(*) FROM nation_here WHERE n_nationkey < 5";
+    assert_eq!(rows(&ctx, alone).await, ["5"]);
+    let mixed = "SELECT n_name, COUNT(*) AS customers FROM customer \
+                 JOIN nation_here ON c_nationkey = n_nationkey GROUP BY n_name";
+    let started = Instant::now();
+    let err = ctx
+        .sql(mixed)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("table 'nation'") && err.contains("load it sharded"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused while planning"
+    );
+
     // EXPLAIN shows the stages, their tasks and the worker of every shard read.
     let explain = rows(&ctx, &format!("EXPLAIN {}", query(3)))
         .await

@@ -18,8 +18,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::explain::ExplainExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use datafusion_distributed::{DistributedExec, display_plan_ascii};
+use datafusion_distributed::{DistributedExec, NetworkBoundaryExt, Stage, display_plan_ascii};
 use futures::StreamExt;
+use ooode::exec::{IndexJoinExec, IndexScanExec, OoodeScanExec};
 
 /// See the module docs.
 pub struct OoodeDistributedPlanner {
@@ -77,10 +78,42 @@ impl QueryPlanner for OoodeDistributedPlanner {
             .create_physical_plan(logical_plan, session)
             .await?;
         if plan.is::<DistributedExec>() {
+            for child in plan.children() {
+                no_local_tables_on_workers(child, false)?;
+            }
             return Ok(Arc::new(NamesLostWorkers::new(plan, self.workers.clone())));
         }
         Ok(plan)
     }
+}
+
+/// Refuses a plan that would run ooode's one-node plan nodes in a stage sent to a worker:
+/// they read files of the coordinator (an ooode table opened from a local directory), which
+/// no worker has. (Detected here, while planning: the stage would otherwise fail only when
+/// the worker gives up waiting for it.)
+fn no_local_tables_on_workers(plan: &Arc<dyn ExecutionPlan>, in_stage: bool) -> Result<()> {
+    let local =
+        plan.is::<OoodeScanExec>() || plan.is::<IndexScanExec>() || plan.is::<IndexJoinExec>();
+    if local && in_stage {
+        let what = match plan.downcast_ref::<OoodeScanExec>() {
+            Some(scan) => format!("table '{}'", scan.table_name()),
+            None => format!("a plan node ({})", plan.name()),
+        };
+        return Err(DataFusionError::Plan(format!(
+            "{what} is an ooode table of this process, and the stage reading it would run on \
+             a worker, which does not have its files: load it sharded (COPY ... OPTIONS \
+             ('ooode.shards' ...)) to join it with sharded tables"
+        )));
+    }
+    if let Some(boundary) = plan.as_network_boundary()
+        && let Stage::Local(stage) = boundary.input_stage()
+    {
+        no_local_tables_on_workers(&stage.plan, true)?;
+    }
+    for child in plan.children() {
+        no_local_tables_on_workers(child, in_stage)?;
+    }
+    Ok(())
 }
 
 /// Above a distributed plan: when the query fails, the workers that no longer answer are
