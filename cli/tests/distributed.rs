@@ -28,8 +28,15 @@ struct Worker {
 
 impl Worker {
     fn start(addr: &str, data: &Path) -> Worker {
+        Self::start_with(addr, data, &[])
+    }
+
+    /// A worker with more `ooode worker` arguments.
+    fn start_with(addr: &str, data: &Path, args: &[&str]) -> Worker {
         let child = Command::new(env!("CARGO_BIN_EXE_ooode"))
-            .args(["worker", "--listen", addr, "--data"])
+            .args(["worker", "--listen", addr])
+            .args(args)
+            .arg("--data")
             .arg(data)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -90,6 +97,12 @@ async fn rows(ctx: &SessionContext, sql: &str) -> Vec<String> {
     query_rows(ctx, sql)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{sql}"))
+}
+
+/// The error of `sql`, which must fail.
+async fn query_error(ctx: &SessionContext, sql: &str) -> String {
+    let result = ctx.sql(sql).await.unwrap().collect().await;
+    result.map(drop).unwrap_err().to_string()
 }
 
 fn query(n: usize) -> String {
@@ -293,15 +306,7 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
     let mixed = "SELECT n_name, COUNT(*) AS customers FROM customer \
                  JOIN nation_here ON c_nationkey = n_nationkey GROUP BY n_name";
     let started = Instant::now();
-    let err = ctx
-        .sql(mixed)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .map(drop)
-        .unwrap_err()
-        .to_string();
+    let err = query_error(&ctx, mixed).await;
     assert!(
         err.contains("table 'nation'") && err.contains("load it sharded"),
         "{err}"
@@ -458,21 +463,8 @@ async fn a_lookup_join_over_the_workers_memory_limit_fails_cleanly() {
     // Workers limited to 16 MiB each.
     let workers: Vec<Worker> = (0..2)
         .map(|i| {
-            let addr = free_addr();
             let data = dir.path().join(format!("worker{i}"));
-            let child = Command::new(env!("CARGO_BIN_EXE_ooode"))
-                .args(["worker", "--listen", &addr, "-m", "16M", "--data"])
-                .arg(&data)
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while TcpStream::connect(&addr).is_err() {
-                assert!(Instant::now() < deadline, "worker {addr} never listened");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Worker { addr, data, child }
+            Worker::start_with(&free_addr(), &data, &["-m", "16M"])
         })
         .collect();
     let ctx = coordinator(&workers);
@@ -520,15 +512,7 @@ async fn a_lookup_join_over_the_workers_memory_limit_fails_cleanly() {
     let sql = "SELECT COUNT(*), MAX(length(pad)) FROM keys JOIN big ON keys.g = big.g";
     let explain = rows(&ctx, &format!("EXPLAIN {sql}")).await.join("\n");
     assert!(explain.contains("ShardLookupJoinExec"), "{explain}");
-    let err = ctx
-        .sql(sql)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .map(drop)
-        .unwrap_err()
-        .to_string();
+    let err = query_error(&ctx, sql).await;
     assert!(
         err.contains("Resources exhausted") && err.contains("ShardLookupJoinExec"),
         "{err}"

@@ -164,20 +164,7 @@ impl ShardScanSpec {
 
     /// The table's schema.
     pub fn table_schema(&self) -> Result<SchemaRef> {
-        crate::shard_map::ShardMap {
-            format_version: crate::shard_map::SHARD_MAP_VERSION,
-            table_id: self.table_id.clone(),
-            columns: self.columns.clone(),
-            distribution_key: vec![],
-            hash: crate::hash::HASH_NAME.into(),
-            row_count: 0,
-            clustering_key: vec![],
-            indexes: vec![],
-            column_stats: vec![],
-            shards: vec![],
-            created_by: String::new(),
-        }
-        .schema()
+        crate::shard_map::schema_of(&self.columns)
     }
 
     /// The filter, decoded against the functions of `ctx`.

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::scan::ShardScanSpec;
-use crate::shard_map::{ShardMap, valid_table_id};
+use crate::shard_map::valid_table_id;
 use crate::worker::LocalShards;
 
 /// Action that removes a table's shards (body: the table id).
@@ -91,12 +91,7 @@ impl ShardService {
                 put.table_id
             )));
         }
-        let schema = ShardMap {
-            columns: put.columns.clone(),
-            ..empty_map()
-        }
-        .schema()
-        .map_err(status)?;
+        let schema = crate::shard_map::schema_of(&put.columns).map_err(status)?;
         let options = ooode_providers::writer::load_options(&put.options).map_err(status)?;
         let dest = self.shards.shard_dir(&put.table_id, put.shard);
         if dest.exists() {
@@ -121,22 +116,6 @@ impl ShardService {
         Ok(PutShardDone {
             rows: manifest.row_count,
         })
-    }
-}
-
-fn empty_map() -> ShardMap {
-    ShardMap {
-        format_version: crate::shard_map::SHARD_MAP_VERSION,
-        table_id: String::new(),
-        columns: vec![],
-        distribution_key: vec![],
-        hash: crate::hash::HASH_NAME.into(),
-        row_count: 0,
-        clustering_key: vec![],
-        indexes: vec![],
-        column_stats: vec![],
-        shards: vec![],
-        created_by: String::new(),
     }
 }
 

@@ -119,22 +119,9 @@ impl ShardMap {
     }
 
     fn schema_at(&self, file: &Path) -> Result<SchemaRef> {
-        let fields = self
-            .columns
-            .iter()
-            .map(|c| {
-                let t = parse_type(&c.data_type).ok_or_else(|| {
-                    DataFusionError::Execution(format!(
-                        "the shard map {} gives column '{}' the unknown type '{}'",
-                        file.display(),
-                        c.name,
-                        c.data_type
-                    ))
-                })?;
-                Ok(Field::new(&c.name, t, c.nullable))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Arc::new(Schema::new(fields)))
+        schema_of(&self.columns).map_err(|e| {
+            DataFusionError::Execution(format!("the shard map {} {e}", file.display()))
+        })
     }
 
     /// Columns of `schema` as the shard map records them.
@@ -203,6 +190,23 @@ impl ShardMap {
         }
         out
     }
+}
+
+/// The Arrow schema of `columns`; an unknown type is an error naming the column.
+pub fn schema_of(columns: &[ColumnDef]) -> Result<SchemaRef> {
+    let fields = columns
+        .iter()
+        .map(|c| {
+            let t = parse_type(&c.data_type).ok_or_else(|| {
+                DataFusionError::Execution(format!(
+                    "gives column '{}' the unknown type '{}'",
+                    c.name, c.data_type
+                ))
+            })?;
+            Ok(Field::new(&c.name, t, c.nullable))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(Schema::new(fields)))
 }
 
 /// A table id names a directory inside a worker's data directory: no separators, no dots
