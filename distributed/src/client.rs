@@ -88,13 +88,13 @@ fn shard_list(spec: &ShardScanSpec) -> Vec<u32> {
     spec.shards.iter().map(|s| s.shard).collect()
 }
 
-/// Loads `batches` into shard `put.shard` on `worker`; the rows it wrote.
+/// Loads `batches` into shard `put.shard` on `worker`; what it wrote.
 pub async fn put_shard(
     worker: &str,
     put: PutShard,
     schema: datafusion::arrow::datatypes::SchemaRef,
     batches: impl Stream<Item = Result<RecordBatch>> + Send + 'static,
-) -> Result<u64> {
+) -> Result<PutShardDone> {
     let what = format!("loading shard {} of {}", put.shard, put.table_id);
     let cmd = serde_json::to_vec(&put).map_err(|e| failed(worker, &what, e))?;
     let data = FlightDataEncoderBuilder::new()
@@ -113,7 +113,7 @@ pub async fn put_shard(
         .first()
         .and_then(|r| serde_json::from_slice(&r.app_metadata).ok())
         .ok_or_else(|| failed(worker, &what, "no result"))?;
-    Ok(done.rows)
+    Ok(done)
 }
 
 async fn action(worker: &str, kind: &str, body: Vec<u8>) -> Result<Vec<u8>> {

@@ -31,7 +31,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use ooode_providers::writer::{OoodeFormatFactory, SHARD_KEYS, check_options, load_options};
 
 use crate::hash::{HASH_NAME, can_shard_on, shard_of_rows};
-use crate::service::PutShard;
+use crate::service::{PutShard, PutShardDone};
 use crate::shard_map::{SHARD_MAP_VERSION, ShardEntry, ShardMap};
 
 /// `STORED AS OOODE` in `COPY` of a distributed session: sharded when the options say so,
@@ -318,7 +318,7 @@ impl ShardedSink {
         &self,
         mut data: SendableRecordBatchStream,
         table_id: &str,
-    ) -> Result<(Vec<(u64, u64)>, Vec<crate::stats::ColumnStats>)> {
+    ) -> Result<(Vec<(u64, PutShardDone)>, Vec<crate::stats::ColumnStats>)> {
         let shards = self.load.shards;
         let columns = ShardMap::columns_of(&self.schema);
         let mut senders = Vec::new();
@@ -402,6 +402,42 @@ impl ShardedSink {
         Ok((sent.into_iter().zip(answers).collect(), stats.finish()))
     }
 
+    /// The columns' statistics with the distinct counts the shards' indexes made: summed
+    /// over shards for the distribution key (each value is in one shard), the largest
+    /// shard's count for other columns (a value can be in every shard).
+    fn with_distinct_counts(
+        &self,
+        mut stats: Vec<crate::stats::ColumnStats>,
+        counts: &[(u64, PutShardDone)],
+    ) -> Vec<crate::stats::ColumnStats> {
+        let single_key = match self.load.distribution_key.as_slice() {
+            [one] => Some(one.as_str()),
+            _ => None,
+        };
+        for (i, field) in self.schema.fields().iter().enumerate() {
+            let per_shard: Vec<u64> = counts
+                .iter()
+                .filter_map(|(_, done)| {
+                    done.distinct
+                        .iter()
+                        .find(|(c, _)| c == field.name())
+                        .map(|(_, d)| *d)
+                })
+                .collect();
+            if per_shard.is_empty() || per_shard.len() != counts.len() {
+                continue;
+            }
+            let distinct = match single_key == Some(field.name().as_str()) {
+                true => per_shard.iter().sum(),
+                false => per_shard.iter().copied().max().unwrap_or(0),
+            };
+            if let Some(s) = stats.get_mut(i) {
+                s.distinct = Some(distinct);
+            }
+        }
+        stats
+    }
+
     /// Removes this load's shards from every worker; what could not be removed, if anything.
     async fn remove_shards(&self, table_id: &str) -> String {
         let mut left = Vec::new();
@@ -440,7 +476,12 @@ impl DataSink for ShardedSink {
                 )));
             }
         };
-        if let Some((shard, (sent, wrote))) = counts.iter().enumerate().find(|(_, (s, w))| s != w) {
+        let wrong = counts
+            .iter()
+            .enumerate()
+            .find(|(_, (sent, done))| *sent != done.rows);
+        if let Some((shard, (sent, done))) = wrong {
+            let wrote = done.rows;
             let cleanup = self.remove_shards(&table_id).await;
             return Err(DataFusionError::Execution(format!(
                 "sharded load into {}: shard {shard} was sent {sent} rows but its worker \
@@ -449,6 +490,7 @@ impl DataSink for ShardedSink {
             )));
         }
         let replaced = ShardMap::read(&self.dest).ok();
+        let column_stats = self.with_distinct_counts(column_stats, &counts);
         let map = ShardMap {
             format_version: SHARD_MAP_VERSION,
             table_id: table_id.clone(),

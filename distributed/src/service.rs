@@ -46,10 +46,14 @@ pub struct PutShard {
 }
 
 /// What a worker answers to a shard load.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PutShardDone {
     /// Rows written.
     pub rows: u64,
+    /// Distinct values of each index's first column in the shard, by column name (counted
+    /// while the indexes were built).
+    #[serde(default)]
+    pub distinct: Vec<(String, u64)>,
 }
 
 /// The service over `shards`, accepting messages of any size (a batch of wide rows can be
@@ -113,8 +117,15 @@ impl ShardService {
             ooode_providers::writer::load_from_stream(Box::pin(batches), dest, schema, options)
                 .await
                 .map_err(status)?;
+        let distinct = manifest
+            .indexes
+            .iter()
+            .filter(|i| i.distinct_first > 0)
+            .filter_map(|i| Some((i.columns.first()?.clone(), i.distinct_first)))
+            .collect();
         Ok(PutShardDone {
             rows: manifest.row_count,
+            distinct,
         })
     }
 }

@@ -19,6 +19,9 @@ pub struct ColumnStats {
     pub max: Option<String>,
     /// Null values.
     pub nulls: u64,
+    /// Distinct values, when an index counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distinct: Option<u64>,
 }
 
 /// Running min / max / nulls of every column of a load.
@@ -92,6 +95,7 @@ impl StatsBuilder {
                 min: lo.map(|v| v.to_string()),
                 max: hi.map(|v| v.to_string()),
                 nulls,
+                distinct: None,
             })
             .collect()
     }
@@ -117,6 +121,9 @@ pub fn table_statistics(schema: &SchemaRef, rows: u64, columns: &[ColumnStats]) 
             min_value: parse(&c.min),
             max_value: parse(&c.max),
             null_count: Precision::Exact(c.nulls as usize),
+            distinct_count: c
+                .distinct
+                .map_or(Precision::Absent, |d| Precision::Inexact(d as usize)),
             ..ColumnStatistics::new_unknown()
         };
     }
@@ -174,5 +181,13 @@ mod tests {
             Precision::Inexact(ScalarValue::Date32(Some(5)))
         );
         assert_eq!(stats.num_rows, Precision::Exact(6));
+        assert_eq!(c[0].distinct_count, Precision::Absent);
+        let mut counted = cols.clone();
+        counted[0].distinct = Some(4);
+        let stats = table_statistics(&schema, 6, &counted);
+        assert_eq!(
+            stats.column_statistics[0].distinct_count,
+            Precision::Inexact(4)
+        );
     }
 }
