@@ -180,6 +180,7 @@ mod tests {
             filters_pushed: 1,
             filters_shipped: 1,
             lookup_columns: vec![0],
+            clustering_first: Some(0),
             distribution_key: vec![0],
             shard_count: 3,
             table_rows: 30,

@@ -196,28 +196,38 @@ impl ExecutionPlan for NamesLostWorkers {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
-        let schema = input.schema();
+        let schema = self.schema();
         let workers = self.workers.clone();
+        // Starting the query can fail too (a worker gone before its plan was sent).
+        let input = match self.input.execute(partition, context) {
+            Ok(input) => input,
+            Err(e) => {
+                let failed = async move { Err(name_lost(e, &workers).await) };
+                return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                    schema,
+                    futures::stream::once(failed),
+                )));
+            }
+        };
         let stream = input.then(move |batch| {
             let workers = workers.clone();
             async move {
                 match batch {
                     Ok(b) => Ok(b),
-                    Err(e) => {
-                        let lost = unreachable(&workers).await;
-                        if lost.is_empty() {
-                            Err(e)
-                        } else {
-                            Err(DataFusionError::Execution(format!(
-                                "worker {} stopped answering: {e}",
-                                lost.join(", ")
-                            )))
-                        }
-                    }
+                    Err(e) => Err(name_lost(e, &workers).await),
                 }
             }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+/// `e`, naming the workers that no longer answer, if any.
+async fn name_lost(e: DataFusionError, workers: &[String]) -> DataFusionError {
+    let lost = unreachable(workers).await;
+    if lost.is_empty() {
+        e
+    } else {
+        DataFusionError::Execution(format!("worker {} stopped answering: {e}", lost.join(", ")))
     }
 }

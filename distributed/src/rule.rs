@@ -10,10 +10,11 @@
 //! scan holds more than the scan was given).
 //!
 //! `ooode.index_join`: `never` keeps hash joins; `always` uses lookups wherever they fit;
-//! `auto` uses them when the rows they would fetch (the outer side's estimated rows times the
-//! inner rows per key) are at most `ooode.index_cost_ratio` percent of the inner table's rows
-//! (0.5 % by default: the selective joins OoODE is for), since a fetched row costs about one
-//! page read on its worker while the hash join reads the whole inner table.
+//! `auto` uses them when the pages they would read (the outer side's estimated rows, times
+//! the inner rows per key unless the key leads the clustering key, whose rows of a key are
+//! neighbours) are at most `ooode.index_cost_ratio` percent of the inner table's rows (0.5 %
+//! by default: the selective joins OoODE is for), while the hash join reads the whole inner
+//! table.
 
 use std::sync::Arc;
 
@@ -223,13 +224,18 @@ fn lookup_join(
         }
         let outer_rows = estimated_rows(outer_plan);
         let fanout = fanout(inner_plan, table_col, spec.table_rows);
-        // Rows the lookups would fetch (about a page read each, on the workers) against the
-        // table a hash join reads whole.
+        // Pages the lookups would read on the workers (a key's rows are neighbours when the
+        // key leads the clustering key: about one page; otherwise about one page per row)
+        // against the table a hash join reads whole.
+        let pages_per_key = match spec.clustering_first == Some(table_col) {
+            true => 1.0,
+            false => fanout,
+        };
         let wanted = match config.index_join {
             IndexJoinMode::Always => true,
             IndexJoinMode::Never => false,
             IndexJoinMode::Auto => outer_rows.is_some_and(|n| {
-                n as f64 * fanout <= spec.table_rows as f64 * config.index_cost_ratio / 100.0
+                n as f64 * pages_per_key <= spec.table_rows as f64 * config.index_cost_ratio / 100.0
             }),
         };
         let rank = outer_rows.unwrap_or(usize::MAX);

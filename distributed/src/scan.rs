@@ -63,6 +63,9 @@ pub struct ShardScanSpec {
     /// Table columns that lead an index (clustering or secondary): lookups by them probe it.
     #[serde(default)]
     pub lookup_columns: Vec<usize>,
+    /// The clustering key's first column: a key's rows there are neighbours on few pages.
+    #[serde(default)]
+    pub clustering_first: Option<usize>,
     /// Table columns whose hash picks a row's shard.
     #[serde(default)]
     pub distribution_key: Vec<usize>,

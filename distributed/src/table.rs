@@ -126,6 +126,11 @@ impl TableProvider for ShardedTable {
             filters_pushed: filters.len(),
             filters_shipped,
             lookup_columns: self.map.lookup_columns(),
+            clustering_first: self
+                .map
+                .clustering_key
+                .first()
+                .and_then(|k| self.map.columns.iter().position(|c| c.name == *k)),
             distribution_key: self.map.distribution_columns(),
             shard_count: self.map.shards.len() as u32,
             table_rows: self.map.row_count,
