@@ -224,7 +224,26 @@ impl ExecutionPlan for NamesLostWorkers {
 
 /// `e`, naming the workers that no longer answer, if any.
 async fn name_lost(e: DataFusionError, workers: &[String]) -> DataFusionError {
-    let lost = unreachable(workers).await;
+    // A connection broken by a dying worker can be reported a moment before its listening
+    // socket closes: a transport error gets a few more looks.
+    let text = e.to_string().to_ascii_lowercase();
+    let transport = [
+        "h2 protocol",
+        "transport",
+        "broken pipe",
+        "connection",
+        "unavailable",
+    ]
+    .iter()
+    .any(|t| text.contains(t));
+    let mut lost = unreachable(workers).await;
+    for _ in 0..10 {
+        if !lost.is_empty() || !transport {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lost = unreachable(workers).await;
+    }
     if lost.is_empty() {
         e
     } else {
