@@ -251,52 +251,38 @@ async fn measure(
         };
         let before = worker_reads(workers).await?;
         let cold = cold_rows(ctx, sql, limit, &empty, true).await?;
-        let after = worker_reads(workers).await?;
-        let per_run: Vec<u64> = after
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| (a - b) / cold.runs as u64)
-            .collect();
+        let cold_reads = worker_reads(workers).await?;
         let (network, lookups) = match workers.is_empty() {
             true => (0, 0),
             false => traffic(ctx, sql).await?,
         };
-        let iops = |secs: Option<f64>, reads: &[u64]| -> Vec<f64> {
-            reads
-                .iter()
-                .map(|&r| secs.map_or(0.0, |s| r as f64 / s.max(1e-9)))
-                .collect()
-        };
-        points.push(ClusterPoint {
-            workers: workers.len(),
-            query: label.clone(),
-            cache: "cold".into(),
-            secs: cold.secs,
-            worker_iops: iops(cold.secs, &per_run),
-            worker_reads: per_run,
-            network_bytes: network,
-            lookup_bytes: lookups,
-            equal: cold.rows == *want,
-        });
-        let before = worker_reads(workers).await?;
+        let hot_before = worker_reads(workers).await?;
         let hot = hot_rows(ctx, sql, limit).await?;
-        let after = worker_reads(workers).await?;
-        let per_run: Vec<u64> = after
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| (a - b) / hot.runs as u64)
-            .collect();
-        points.push(ClusterPoint {
-            workers: workers.len(),
-            query: label.clone(),
-            cache: "hot".into(),
-            secs: hot.secs,
-            worker_iops: iops(hot.secs, &per_run),
-            worker_reads: per_run,
-            network_bytes: network,
-            lookup_bytes: lookups,
-            equal: hot.rows == *want,
-        });
+        let hot_reads = worker_reads(workers).await?;
+        for (cache, measured, before, after) in [
+            ("cold", &cold, &before, &cold_reads),
+            ("hot", &hot, &hot_before, &hot_reads),
+        ] {
+            let per_run: Vec<u64> = after
+                .iter()
+                .zip(before)
+                .map(|(a, b)| (a - b) / measured.runs as u64)
+                .collect();
+            points.push(ClusterPoint {
+                workers: workers.len(),
+                query: label.clone(),
+                cache: cache.into(),
+                secs: measured.secs,
+                worker_iops: per_run
+                    .iter()
+                    .map(|&r| measured.secs.map_or(0.0, |s| r as f64 / s.max(1e-9)))
+                    .collect(),
+                worker_reads: per_run,
+                network_bytes: network,
+                lookup_bytes: lookups,
+                equal: measured.rows == *want,
+            });
+        }
     }
     Ok(points)
 }
