@@ -11,6 +11,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
 use crate::lookup::{LookupJoin, LookupKind, ShardLookupJoinExec};
+use crate::node_codec::{self, INDEX_JOIN, INDEX_SCAN, NodeDecoder, OOODE_SCAN};
 use crate::scan::{ShardScanExec, ShardScanSpec};
 use crate::worker::LocalShards;
 
@@ -21,6 +22,8 @@ const SHARD_LOOKUP_JOIN: u8 = 2;
 #[derive(Debug, Clone, Default)]
 pub struct OoodeCodec {
     local: Option<Arc<LocalShards>>,
+    /// Tables and query budgets of decoded one-node plan nodes.
+    nodes: Arc<NodeDecoder>,
 }
 
 impl OoodeCodec {
@@ -31,7 +34,10 @@ impl OoodeCodec {
 
     /// A worker's codec, over its shards.
     pub fn worker(local: Arc<LocalShards>) -> Self {
-        Self { local: Some(local) }
+        Self {
+            local: Some(local),
+            nodes: Arc::default(),
+        }
     }
 }
 
@@ -40,10 +46,13 @@ impl PhysicalExtensionCodec for OoodeCodec {
         &self,
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
-        _ctx: &TaskContext,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        ctx: &TaskContext,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match buf.split_first() {
+            Some((&tag, rest)) if [OOODE_SCAN, INDEX_SCAN, INDEX_JOIN].contains(&tag) => self
+                .nodes
+                .decode(tag, rest, inputs, ctx, self, proto_converter),
             Some((&SHARD_SCAN, spec)) => Ok(Arc::new(ShardScanExec::try_new(
                 ShardScanSpec::decode(spec)?,
                 self.local.clone(),
@@ -95,8 +104,11 @@ impl PhysicalExtensionCodec for OoodeCodec {
         &self,
         node: Arc<dyn ExecutionPlan>,
         buf: &mut Vec<u8>,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if node_codec::encode(&node, buf, self, proto_converter)? {
+            return Ok(());
+        }
         if let Some(scan) = node.downcast_ref::<ShardScanExec>() {
             buf.push(SHARD_SCAN);
             buf.extend(scan.spec().encode()?);
@@ -122,10 +134,7 @@ impl PhysicalExtensionCodec for OoodeCodec {
             buf.extend(j.inner.encode()?);
             return Ok(());
         }
-        not_impl_err!(
-            "{} cannot run on a worker: only sharded tables' scans are distributed so far",
-            node.name()
-        )
+        not_impl_err!("{} is not an ooode plan node", node.name())
     }
 }
 

@@ -87,22 +87,30 @@ impl QueryPlanner for OoodeDistributedPlanner {
     }
 }
 
-/// Refuses a plan that would run ooode's one-node plan nodes in a stage sent to a worker:
-/// they read files of the coordinator (an ooode table opened from a local directory), which
-/// no worker has. (Detected here, while planning: the stage would otherwise fail only when
-/// the worker gives up waiting for it.)
+/// Refuses a plan that would run ooode's one-node plan nodes over a table in a local
+/// directory in a stage sent to a worker: they read files of the coordinator, which no
+/// worker has. (Tables in object storage are read by the workers themselves.) Detected
+/// here, while planning: the stage would otherwise fail only on the worker.
 fn no_local_tables_on_workers(plan: &Arc<dyn ExecutionPlan>, in_stage: bool) -> Result<()> {
-    let local =
-        plan.is::<OoodeScanExec>() || plan.is::<IndexScanExec>() || plan.is::<IndexJoinExec>();
+    let table = if let Some(scan) = plan.downcast_ref::<OoodeScanExec>() {
+        Some(scan.table())
+    } else if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
+        Some(scan.table())
+    } else {
+        plan.downcast_ref::<IndexJoinExec>()
+            .map(|join| &join.inner().table)
+    };
+    let local = table.is_some_and(|t| t.remote_url().is_none());
     if local && in_stage {
         let what = match plan.downcast_ref::<OoodeScanExec>() {
             Some(scan) => format!("table '{}'", scan.table_name()),
             None => format!("a plan node ({})", plan.name()),
         };
         return Err(DataFusionError::Plan(format!(
-            "{what} is an ooode table of this process, and the stage reading it would run on \
-             a worker, which does not have its files: load it sharded (COPY ... OPTIONS \
-             ('ooode.shards' ...)) to join it with sharded tables"
+            "{what} is an ooode table in a local directory of this process, and the stage \
+             reading it would run on a worker, which does not have its files: load it sharded \
+             (COPY ... OPTIONS ('ooode.shards' ...)) or into object storage to join it with \
+             sharded tables"
         )));
     }
     if let Some(boundary) = plan.as_network_boundary()

@@ -110,13 +110,18 @@ fn session_urls(config: &SessionConfig) -> Result<Vec<Url>> {
     get_distributed_worker_resolver(config)?.get_urls()
 }
 
-/// A sharded scan wants one task per worker; ooode's one-node plan nodes run in one task
-/// (they read local files of the coordinator).
+/// A sharded scan wants one task per worker. ooode's one-node scans run in one task (each
+/// reads its whole table); an index join of a table in a local directory too (it reads the
+/// coordinator's files), while one of a table in object storage runs in as many tasks as
+/// its outer input, each probing for its own rows.
 fn desired_tasks(ev: DesiredTaskCountEvent) -> Option<Result<DesiredTaskCountEventResponse>> {
-    if ev.plan.is::<OoodeScanExec>()
-        || ev.plan.is::<IndexScanExec>()
-        || ev.plan.is::<IndexJoinExec>()
-    {
+    if let Some(join) = ev.plan.downcast_ref::<IndexJoinExec>() {
+        return match join.inner().table.remote_url() {
+            Some(_) => None,
+            None => Some(Ok(DesiredTaskCountEventResponse::maximum(1))),
+        };
+    }
+    if ev.plan.is::<OoodeScanExec>() || ev.plan.is::<IndexScanExec>() {
         return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
     }
     ev.plan.downcast_ref::<ShardScanExec>()?;

@@ -83,6 +83,9 @@ pub struct WorkerReads {
     pub fetches: u64,
     /// Lookups served to another process (a lookup join's probes of this worker's shards).
     pub lookups: u64,
+    /// Of `reads`, those of tables in object storage (ranged GETs).
+    #[serde(default)]
+    pub object_reads: u64,
 }
 
 impl LocalShards {
@@ -156,6 +159,9 @@ impl LocalShards {
         };
         for engine in runtime.engines() {
             let s = engine.metrics().snapshot();
+            if engine.name() == "object_store" {
+                out.object_reads += s.reads;
+            }
             out.reads += s.reads;
             out.bytes += s.bytes;
             out.hits += s.hits;
@@ -312,6 +318,9 @@ pub async fn serve_with_runtime(
     std::fs::create_dir_all(&data).map_err(|e| {
         DataFusionError::Execution(format!("create the data directory {}: {e}", data.display()))
     })?;
+    // Stores the coordinator's plans name: from this worker's environment, or bound when
+    // the ooode node reading them is decoded.
+    let runtime = crate::stores::worker_runtime(&runtime);
     let shards = Arc::new(LocalShards::new(data, runtime.clone()));
     let worker =
         datafusion_distributed::Worker::from_session_builder(crate::session::WorkerSession {

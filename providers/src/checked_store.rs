@@ -6,7 +6,7 @@
 //!                   <── r's bytes ──  CRC32C of every block checked  <──────────────────────┘
 //! ```
 //!
-//! Each table's provider registers one under a URL of its own (`ooode-checked://t<n>`) in the
+//! Each table's provider registers one under a URL of its own (`ooode-checked://p<process>-t<n>`) in the
 //! session's `RuntimeEnv` and points its Parquet scan there; files it does not know (none, in
 //! practice) pass through unchecked. A block that fails is an error naming file and block,
 //! never bytes handed to the decoder.
@@ -55,8 +55,22 @@ impl CheckedStore {
     /// A checked view of `inner`, under a URL no other store has.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        // Unique beyond this process too: a worker given plans by several coordinators
+        // knows each store by its URL.
+        static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let process = *PROCESS.get_or_init(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            // RandomState is seeded at random per process.
+            std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                (nanos, std::process::id()),
+            )
+        });
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let url = ObjectStoreUrl::parse(format!("ooode-checked://t{n}"))
+        let url = ObjectStoreUrl::parse(format!("ooode-checked://p{process:x}-t{n}"))
             .expect("a well-formed store URL");
         Arc::new(Self {
             inner,

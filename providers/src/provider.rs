@@ -220,6 +220,35 @@ impl OoodeTable {
         }
     }
 
+    /// The table in object storage as last opened (None: a local table).
+    pub fn remote_table(&self) -> Option<Arc<RemoteTable>> {
+        self.remote_location().map(RemoteLocation::get)
+    }
+
+    /// Opens a table in object storage again, for the queries planned from now on (another
+    /// process committed to it); a local table is read afresh by every query anyway.
+    pub async fn reopen(&self) -> Result<()> {
+        match self.remote_location() {
+            Some(remote) => remote.reopen().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Where a Parquet scan of the columnar copy of `segment` (one of this table's) reads it
+    /// in `state`'s runtime: its checking store is registered there. None: it has no copy.
+    pub async fn columnar_store_url(
+        &self,
+        state: &dyn Session,
+        segment: &Table,
+    ) -> Result<Option<ObjectStoreUrl>> {
+        let Some(file) = segment.manifest().columnar.as_ref() else {
+            return Ok(None);
+        };
+        let path = segment.dir().join(file);
+        let columnar = self.columnar_file(state, segment, &path).await?;
+        Ok(Some(columnar.register(state)))
+    }
+
     /// Rows when last counted (at open, or when last planned).
     pub fn row_count(&self) -> u64 {
         self.rows.load(std::sync::atomic::Ordering::Relaxed)
@@ -502,7 +531,12 @@ impl ColumnarFile {
     fn register(&self, state: &dyn Session) -> ObjectStoreUrl {
         if let Some(checked) = &self.checked {
             let env = state.runtime_env();
-            if env.object_store(checked.url()).is_err() {
+            // Registered every time, not when missing: a registry may answer for any URL
+            // (a worker's does for the coordinator's checking stores).
+            let registered = env
+                .object_store(checked.url())
+                .is_ok_and(|s| std::ptr::addr_eq(Arc::as_ptr(&s), Arc::as_ptr(checked)));
+            if !registered {
                 env.register_object_store(checked.url().as_ref(), checked.clone());
             }
         }

@@ -85,6 +85,12 @@ pub fn store_for(
     Ok(store)
 }
 
+/// The store for `store_url` (`scheme://authority`) built from the environment alone
+/// (`AWS_*`, `GOOGLE_*`, `AZURE_*`); None for a scheme ooode cannot build.
+pub fn store_from_env(store_url: &str) -> Result<Option<Arc<dyn ObjectStore>>> {
+    build_store(store_url, &[])
+}
+
 /// The store for `store_url` built from `given` options and the environment, as datafusion-cli
 /// builds them for Parquet (`aws.*` with `AWS_*`, `gcp.*` with `GOOGLE_*`, `azure.*` with
 /// `AZURE_*`; an HTTP server needs only its URL); None for a scheme ooode cannot build.
@@ -98,7 +104,7 @@ fn build_store(
         "s3" | "s3a" => {
             let mut builder = AmazonS3Builder::from_env()
                 .with_bucket_name(authority)
-                .with_client_options(client_options())
+                .with_client_options(client_options_and_env("AWS_"))
                 .with_retry(retry_config());
             for (key, value) in options_of(store_url, given, "aws")? {
                 let parsed: AmazonS3ConfigKey = format!("aws_{key}")
@@ -111,7 +117,7 @@ fn build_store(
         "gs" | "gcs" => {
             let mut builder = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(authority)
-                .with_client_options(client_options())
+                .with_client_options(client_options_and_env("GOOGLE_"))
                 .with_retry(retry_config());
             for (key, value) in options_of(store_url, given, "gcp")? {
                 let parsed: GoogleConfigKey = format!("google_{key}")
@@ -124,7 +130,7 @@ fn build_store(
         "az" | "azure" | "abfs" | "abfss" => {
             let mut builder = MicrosoftAzureBuilder::from_env()
                 .with_url(store_url)
-                .with_client_options(client_options())
+                .with_client_options(client_options_and_env("AZURE_"))
                 .with_retry(retry_config());
             for (key, value) in options_of(store_url, given, "azure")? {
                 let parsed =
@@ -279,6 +285,22 @@ fn client_options() -> ClientOptions {
         .with_pool_max_idle_per_host(IDLE_CONNECTIONS)
         .with_connect_timeout(Duration::from_secs(5))
         .with_timeout(Duration::from_secs(30))
+}
+
+/// [`client_options`] with the HTTP client settings of the environment variables starting
+/// with `prefix` (`AWS_ALLOW_HTTP`, ...), which a builder's `from_env` reads and
+/// `with_client_options` would otherwise replace.
+fn client_options_and_env(prefix: &str) -> ClientOptions {
+    let mut options = client_options();
+    for (name, value) in std::env::vars() {
+        let key = name
+            .strip_prefix(prefix)
+            .and_then(|k| k.to_ascii_lowercase().parse::<ClientConfigKey>().ok());
+        if let Some(key) = key {
+            options = options.with_config(key, value);
+        }
+    }
+    options
 }
 
 /// Retries of stores built here: object_store's policy (transient errors, 5xx, timeouts),

@@ -38,6 +38,8 @@ pub struct QueryIo {
     /// its slot among them.
     long_slots: Option<Arc<LongQuerySlots>>,
     slot: Arc<QuerySlot>,
+    /// The settings it was made from (a plan shipped elsewhere reads under the same).
+    config: OoodeConfig,
     /// Range counts the optimizer rule made itself, blocking its thread.
     own_counts: AtomicU64,
     /// Range counts started in `scan` that the optimizer rule waited for, blocking its thread.
@@ -66,7 +68,13 @@ impl QueryIo {
             work_done: AtomicU64::new(0),
             own_counts: AtomicU64::new(0),
             count_waits: AtomicU64::new(0),
+            config: config.clone(),
         })
+    }
+
+    /// The settings it was made from.
+    pub fn config(&self) -> &OoodeConfig {
+        &self.config
     }
 
     /// The runtime the query reads through.

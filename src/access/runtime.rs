@@ -321,7 +321,8 @@ impl OoodeRuntime {
             version: &|path| remote.version(path).map(str::to_string),
         };
         let segments = remote.segments().to_vec();
-        let mut io = TableIo::open_parts(segments, engine, self.pool.clone(), &keys)?;
+        let mut io = TableIo::open_parts(segments, engine, self.pool.clone(), &keys)?
+            .with_remote_url(remote.url());
         let mut tables = self.tables.lock();
         if let Some(other) = tables.iter().find(|(k, _)| k.0 == key.0).map(|(_, t)| t) {
             io.share_pinned(other);

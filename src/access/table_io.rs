@@ -237,6 +237,8 @@ pub struct TableIo {
     parts: Vec<Part>,
     heap_pages: u64,
     rows: u64,
+    /// The table's URL when it lives in object storage.
+    remote_url: Option<std::path::PathBuf>,
 }
 
 /// Fails unless every segment has the first one's schema, page size and indexes.
@@ -385,6 +387,7 @@ impl TableIo {
             parts,
             heap_pages,
             rows,
+            remote_url: None,
         })
     }
 
@@ -429,7 +432,21 @@ impl TableIo {
             parts,
             heap_pages,
             rows,
+            remote_url: None,
         })
+    }
+
+    /// The same table, known to live in object storage at `url`.
+    pub fn with_remote_url(self, url: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            remote_url: Some(url.into()),
+            ..self
+        }
+    }
+
+    /// The table's URL when it lives in object storage (None: a local table).
+    pub fn remote_url(&self) -> Option<&Path> {
+        self.remote_url.as_deref()
     }
 
     /// Shares the pinned nodes of `other`, an opening of the same segments in another

@@ -76,6 +76,11 @@ pub struct InnerSide {
 }
 
 impl InnerSide {
+    /// Table columns of the scan it stands for (the join key's columns may be decoded too).
+    pub fn read_columns(&self) -> &[usize] {
+        &self.decode_columns.indices[..self.read_positions.len()]
+    }
+
     /// The inner side over the `index`-th index of `table`, keyed by its first `key_len`
     /// columns, standing for a scan of `read_columns` with `predicate` and `output` projection.
     pub fn try_new(
@@ -303,6 +308,31 @@ impl IndexJoinExec {
     /// The outer input.
     pub fn outer(&self) -> &Arc<dyn ExecutionPlan> {
         &self.outer
+    }
+
+    /// The outer input's key expressions.
+    pub fn outer_keys(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.outer_keys
+    }
+
+    /// The indexed inner side.
+    pub fn inner(&self) -> &Arc<InnerSide> {
+        &self.inner
+    }
+
+    /// Which rows it produces.
+    pub fn kind(&self) -> IndexJoinKind {
+        self.kind
+    }
+
+    /// The original join's filter, and the side the outer input had in it.
+    pub fn filter(&self) -> (Option<&JoinFilter>, JoinSide) {
+        (self.filter.as_ref(), self.outer_side)
+    }
+
+    /// Rows the optimizer expected.
+    pub fn estimated_rows(&self) -> Option<usize> {
+        self.estimated_rows
     }
 }
 

@@ -266,6 +266,21 @@ impl IndexScanExec {
     pub fn output(&self) -> Option<&[usize]> {
         self.output.as_deref()
     }
+
+    /// The index read (position in the table's manifest).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The key ranges read.
+    pub fn ranges(&self) -> &[KeyRange] {
+        &self.ranges
+    }
+
+    /// How the ranges are shown in plans.
+    pub fn ranges_text(&self) -> &str {
+        &self.ranges_text
+    }
 }
 
 impl DisplayAs for IndexScanExec {

@@ -48,6 +48,8 @@ pub struct OoodeScanExec {
     /// Range counts made and a read-ahead started while it was planned (the index scan that
     /// replaces this node takes the read-ahead over).
     plan_reads: Arc<PlanReads>,
+    /// Page ranges read in parallel when it reads the heap.
+    heap_partitions: usize,
 }
 
 impl OoodeScanExec {
@@ -81,6 +83,7 @@ impl OoodeScanExec {
             properties,
             columnar: None,
             plan_reads: Default::default(),
+            heap_partitions: partitions,
         })
     }
 
@@ -161,6 +164,16 @@ impl OoodeScanExec {
     /// The query budget this scan reads under.
     pub fn query(&self) -> &Arc<QueryIo> {
         &self.query
+    }
+
+    /// Page ranges read in parallel when it reads the heap.
+    pub fn heap_partitions(&self) -> usize {
+        self.heap_partitions
+    }
+
+    /// The scan of the table's Parquet copy that does the reading, if any.
+    pub fn columnar(&self) -> Option<&Arc<dyn ExecutionPlan>> {
+        self.columnar.as_ref()
     }
 
     /// The same scan reading under another query budget.
