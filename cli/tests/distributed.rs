@@ -536,3 +536,143 @@ async fn a_lookup_join_over_the_workers_memory_limit_fails_cleanly() {
         "{err}"
     );
 }
+
+/// The segment directories of `table_id` on `workers`' disks, per shard.
+fn segment_dirs(workers: &[Worker], table_id: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for w in workers {
+        let Ok(shards) = std::fs::read_dir(w.data.join(table_id)) else {
+            continue;
+        };
+        for shard in shards.flatten() {
+            for entry in std::fs::read_dir(shard.path()).unwrap().flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                if name.starts_with("seg-") {
+                    out.push((shard.file_name().to_string_lossy().to_string(), name));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inserts_into_a_sharded_table_commit_on_every_worker_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut workers = start_workers(dir.path(), 3);
+    let ctx = coordinator(&workers);
+    let table = dir.path().join("t");
+    run(
+        &ctx,
+        &format!(
+            "COPY (SELECT value AS k, value % 100 AS g, 'v' || value AS s \
+             FROM generate_series(1, 20000)) TO '{}' STORED AS OOODE OPTIONS \
+             ('ooode.clustering_key' 'k', 'ooode.indexes' 'g', 'ooode.shards' '3')",
+            table.display()
+        ),
+    )
+    .await;
+    let create = format!(
+        "CREATE EXTERNAL TABLE t STORED AS OOODE LOCATION '{}'",
+        table.display()
+    );
+    run(&ctx, &create).await;
+    let loaded = ShardMap::read(&table).unwrap();
+
+    // New keys in every shard, then one row whose key is there already (one shard only).
+    let added = "INSERT INTO t SELECT value, value % 100, 'new' || value \
+                 FROM generate_series(20001, 23000)";
+    assert_eq!(rows(&ctx, added).await, ["3000"]);
+    assert_eq!(
+        rows(&ctx, "INSERT INTO t VALUES (5, 5, 'again')").await,
+        ["1"]
+    );
+    let map = ShardMap::read(&table).unwrap();
+    assert_eq!(map.table_id, loaded.table_id);
+    assert_eq!(map.row_count, 23001);
+    assert_eq!(map.shards.iter().map(|s| s.rows).sum::<u64>(), 23001);
+    // Every shard names what it holds, and holds nothing it does not name: the shards
+    // that got no row of the second insert kept no empty segment of it.
+    let named: Vec<(String, String)> = map
+        .shards
+        .iter()
+        .flat_map(|s| {
+            s.segments
+                .iter()
+                .filter(|n| n.as_str() != ".")
+                .map(move |n| (format!("shard-{}", s.shard), n.clone()))
+        })
+        .collect();
+    let mut named_sorted = named.clone();
+    named_sorted.sort();
+    assert_eq!(named_sorted, segment_dirs(&workers, &map.table_id));
+    assert_eq!(named.len(), 4, "{named:?}");
+
+    // Scans, index scans and lookups read the new segments on every worker, in this
+    // session and in a new one.
+    let fresh = coordinator(&workers);
+    run(&fresh, &create).await;
+    for session in [&ctx, &fresh] {
+        for mode in ["never", "always", "auto"] {
+            run(session, &format!("SET ooode.index_join = '{mode}'")).await;
+            assert_eq!(
+                rows(session, "SELECT COUNT(*), SUM(k) FROM t").await,
+                ["23001|264511505"]
+            );
+            assert_eq!(
+                rows(session, "SELECT COUNT(*) FROM t WHERE g = 7").await,
+                ["230"]
+            );
+            assert_eq!(
+                rows(session, "SELECT s FROM t WHERE k = 5 ORDER BY s").await,
+                ["again", "v5"]
+            );
+            assert_eq!(
+                rows(
+                    session,
+                    "SELECT v.x, t.s FROM (VALUES (5), (22000), (30000)) v(x) \
+                     JOIN t ON t.k = v.x ORDER BY t.s"
+                )
+                .await,
+                ["5|again", "22000|new22000", "5|v5"]
+            );
+        }
+    }
+
+    // An insert that fails on one worker commits nothing anywhere: the others' new
+    // segments are removed, and every query reads what it read before.
+    let dead = workers[2].addr.clone();
+    workers[2].kill();
+    let err = query_error(
+        &ctx,
+        "INSERT INTO t SELECT value, 1, 'lost' FROM generate_series(30001, 31000)",
+    )
+    .await;
+    assert!(err.contains("INSERT into") && err.contains(&dead), "{err}");
+    let data = workers[2].data.clone();
+    workers[2] = Worker::start(&dead, &data);
+    assert_eq!(ShardMap::read(&table).unwrap(), map);
+    assert_eq!(segment_dirs(&workers, &map.table_id).len(), 4);
+    assert_eq!(
+        rows(&ctx, "SELECT COUNT(*), SUM(k) FROM t").await,
+        ["23001|264511505"]
+    );
+
+    // INSERT OVERWRITE replaces every row (a new load); the old shards leave the workers.
+    assert_eq!(
+        rows(
+            &ctx,
+            "INSERT OVERWRITE t SELECT value, value % 3, 'o' || value FROM generate_series(1, 90)"
+        )
+        .await,
+        ["90"]
+    );
+    assert_eq!(
+        rows(&ctx, "SELECT COUNT(*), SUM(k), MAX(s) FROM t WHERE g = 1").await,
+        ["30|1335|o88"]
+    );
+    for w in &workers {
+        assert!(!w.data.join(&map.table_id).exists(), "old shards removed");
+    }
+}

@@ -14,7 +14,9 @@ use parking_lot::Mutex;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::scan::ShardScanSpec;
-use crate::service::{Batches, DROP_TABLE, EMPTY_POOL, PutShard, PutShardDone, READS};
+use crate::service::{
+    Batches, DROP_SEGMENT, DROP_TABLE, EMPTY_POOL, PutShard, PutShardDone, READS, SegmentRef,
+};
 use crate::worker::WorkerReads;
 
 /// One HTTP/2 connection per worker, shared by every call of the process (tonic multiplexes
@@ -134,6 +136,12 @@ async fn action(worker: &str, kind: &str, body: Vec<u8>) -> Result<Vec<u8>> {
 pub async fn drop_table(worker: &str, table_id: &str) -> Result<bool> {
     let body = action(worker, DROP_TABLE, table_id.as_bytes().to_vec()).await?;
     Ok(body == b"true")
+}
+
+/// Removes a segment (one no shard map names) from `worker`; whether it was there.
+pub async fn drop_segment(worker: &str, segment: &SegmentRef) -> Result<bool> {
+    let body = serde_json::to_vec(segment).map_err(|e| failed(worker, DROP_SEGMENT, e))?;
+    Ok(action(worker, DROP_SEGMENT, body).await? == b"true")
 }
 
 /// `worker`'s read counters.

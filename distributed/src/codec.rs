@@ -179,6 +179,7 @@ mod tests {
                     shard,
                     worker: format!("127.0.0.1:{}", 7000 + shard),
                     rows: 10,
+                    segments: vec![],
                 })
                 .collect(),
             projection: vec![1, 0],

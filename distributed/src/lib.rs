@@ -19,6 +19,7 @@
 pub mod client;
 pub mod codec;
 pub mod hash;
+pub mod insert;
 pub mod load;
 pub mod lookup;
 mod node_codec;

@@ -66,7 +66,7 @@ impl FileFormatFactory for ShardedFormatFactory {
 
 /// A sharded load's settings.
 #[derive(Debug, Clone)]
-struct ShardedLoad {
+pub(crate) struct ShardedLoad {
     shards: u32,
     workers: Vec<String>,
     distribution_key: Vec<String>,
@@ -265,7 +265,7 @@ impl FileFormat for ShardedFormat {
 
 /// Sends the rows of a sharded load to the workers (see the module docs).
 #[derive(Debug)]
-struct ShardedSink {
+pub(crate) struct ShardedSink {
     dest: PathBuf,
     load: ShardedLoad,
     key_columns: Vec<usize>,
@@ -308,16 +308,56 @@ fn new_table_id(dest: &Path) -> String {
 }
 
 impl ShardedSink {
+    /// A sink sending rows of `schema` to the shards of the table whose map is `map` (in
+    /// `dest`): for an `INSERT` into it, or (`replace`) its `INSERT OVERWRITE`, a new load
+    /// with its settings.
+    pub(crate) fn for_map(
+        dest: PathBuf,
+        map: &ShardMap,
+        schema: SchemaRef,
+        replace: bool,
+    ) -> Result<Self> {
+        let key_columns = map
+            .distribution_key
+            .iter()
+            .map(|k| schema.index_of(k))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut shard_options = HashMap::new();
+        if !map.clustering_key.is_empty() {
+            shard_options.insert("ooode.clustering_key".into(), map.clustering_key.join(","));
+        }
+        if !map.indexes.is_empty() {
+            let indexes: Vec<String> = map.indexes.iter().map(|i| i.join(",")).collect();
+            shard_options.insert("ooode.indexes".into(), indexes.join(";"));
+        }
+        Ok(Self {
+            dest,
+            load: ShardedLoad {
+                shards: map.shards.len() as u32,
+                workers: map.shards.iter().map(|s| s.worker.clone()).collect(),
+                distribution_key: map.distribution_key.clone(),
+                shard_options,
+                clustering_key: map.clustering_key.clone(),
+                indexes: map.indexes.clone(),
+                replace,
+            },
+            key_columns,
+            schema,
+        })
+    }
+
     fn worker_of(&self, shard: u32) -> &str {
         &self.load.workers[shard as usize % self.load.workers.len()]
     }
 
-    /// Splits the input by shard and streams each part to its worker; the rows each shard
-    /// received and each worker's answer.
-    async fn send(
+    /// Splits the input by shard and streams each part to its worker (into segment
+    /// `segment` of each shard when given: an `INSERT`); the rows each shard received and
+    /// each worker's answer.
+    pub(crate) async fn send(
         &self,
         mut data: SendableRecordBatchStream,
         table_id: &str,
+        segment: Option<&str>,
     ) -> Result<(Vec<(u64, PutShardDone)>, Vec<crate::stats::ColumnStats>)> {
         let shards = self.load.shards;
         let columns = ShardMap::columns_of(&self.schema);
@@ -332,6 +372,7 @@ impl ShardedSink {
                 shard,
                 columns: columns.clone(),
                 options: self.load.shard_options.clone(),
+                segment: segment.map(str::to_string),
             };
             let worker = self.worker_of(shard).to_string();
             let schema = self.schema.clone();
@@ -405,7 +446,7 @@ impl ShardedSink {
     /// The columns' statistics with the distinct counts the shards' indexes made: summed
     /// over shards for the distribution key (each value is in one shard), the largest
     /// shard's count for other columns (a value can be in every shard).
-    fn with_distinct_counts(
+    pub(crate) fn with_distinct_counts(
         &self,
         mut stats: Vec<crate::stats::ColumnStats>,
         counts: &[(u64, PutShardDone)],
@@ -466,7 +507,7 @@ impl DataSink for ShardedSink {
         _context: &Arc<TaskContext>,
     ) -> Result<u64> {
         let table_id = new_table_id(&self.dest);
-        let (counts, column_stats) = match self.send(data, &table_id).await {
+        let (counts, column_stats) = match self.send(data, &table_id, None).await {
             Ok(c) => c,
             Err(e) => {
                 let cleanup = self.remove_shards(&table_id).await;
@@ -506,6 +547,7 @@ impl DataSink for ShardedSink {
                     shard,
                     worker: self.worker_of(shard).to_string(),
                     rows: counts[shard as usize].0,
+                    segments: vec![],
                 })
                 .collect(),
             created_by: format!("ooode-distributed {}", env!("CARGO_PKG_VERSION")),

@@ -31,6 +31,19 @@ pub const DROP_TABLE: &str = "ooode.drop_table";
 pub const READS: &str = "ooode.reads";
 /// Action that empties the worker's buffer pool (benchmarks' cold runs).
 pub const EMPTY_POOL: &str = "ooode.empty_pool";
+/// Action that removes a segment no shard map names (body: a [`SegmentRef`] as JSON).
+pub const DROP_SEGMENT: &str = "ooode.drop_segment";
+
+/// A segment of a shard.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SegmentRef {
+    /// The table's directory name in the data directory.
+    pub table_id: String,
+    /// The shard.
+    pub shard: u32,
+    /// The segment's directory name in the shard's.
+    pub segment: String,
+}
 
 /// The command of a shard load (`DoPut`): what to write where.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,6 +56,10 @@ pub struct PutShard {
     pub columns: Vec<ColumnDef>,
     /// `ooode.*` load options (clustering key, indexes, page size).
     pub options: HashMap<String, String>,
+    /// Set for an `INSERT`: the rows form this new segment of the existing shard (built like
+    /// the shard), which the shard map commits (the worker lists it nowhere).
+    #[serde(default)]
+    pub segment: Option<String>,
 }
 
 /// What a worker answers to a shard load.
@@ -96,8 +113,27 @@ impl ShardService {
             )));
         }
         let schema = crate::shard_map::schema_of(&put.columns).map_err(status)?;
-        let options = ooode_providers::writer::load_options(&put.options).map_err(status)?;
-        let dest = self.shards.shard_dir(&put.table_id, put.shard);
+        let (dest, options) = match &put.segment {
+            Some(segment) => {
+                let shard = self.shards.shard_dir(&put.table_id, put.shard);
+                if !self.shards.holds(&put.table_id, put.shard) {
+                    return Err(Status::not_found(format!(
+                        "shard {} of {} is not on this worker",
+                        put.shard, put.table_id
+                    )));
+                }
+                let dest = self
+                    .shards
+                    .segment_dir(&put.table_id, put.shard, segment)
+                    .map_err(status)?;
+                let options = ooode_providers::insert::segment_options(&shard).map_err(status)?;
+                (dest, options)
+            }
+            None => (
+                self.shards.shard_dir(&put.table_id, put.shard),
+                ooode_providers::writer::load_options(&put.options).map_err(status)?,
+            ),
+        };
         if dest.exists() {
             return Err(Status::already_exists(format!(
                 "{} already exists on this worker",
@@ -185,6 +221,12 @@ impl FlightService for ShardService {
                 let dropped = self.shards.drop_table(&id).map_err(status)?;
                 dropped.to_string().into_bytes()
             }
+            DROP_SEGMENT => {
+                let segment: SegmentRef = serde_json::from_slice(&action.body)
+                    .map_err(|e| Status::invalid_argument(format!("a segment: {e}")))?;
+                let dropped = self.shards.drop_segment(&segment).map_err(status)?;
+                dropped.to_string().into_bytes()
+            }
             READS => serde_json::to_vec(&self.shards.reads())
                 .map_err(|e| Status::internal(e.to_string()))?,
             EMPTY_POOL => {
@@ -205,6 +247,7 @@ impl FlightService for ShardService {
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         let actions = [
             (DROP_TABLE, "remove a table's shards from this worker"),
+            (DROP_SEGMENT, "remove a segment no shard map names"),
             (READS, "this worker's page read counters"),
             (EMPTY_POOL, "empty this worker's buffer pool"),
         ]

@@ -25,6 +25,11 @@ pub struct ShardEntry {
     pub worker: String,
     /// Rows in the shard.
     pub rows: u64,
+    /// The segments committed to the shard by `INSERT`s, each a directory in the shard's
+    /// (`.` is the shard's directory itself, as loaded); empty: the shard as loaded. The
+    /// shard map is the commit point: a worker reads the segments named here and no other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<String>,
 }
 
 /// The shard map of one sharded table.
@@ -244,11 +249,13 @@ mod tests {
                     shard: 0,
                     worker: "127.0.0.1:1".into(),
                     rows: 2,
+                    segments: vec![],
                 },
                 ShardEntry {
                     shard: 1,
                     worker: "127.0.0.1:2".into(),
                     rows: 3,
+                    segments: vec![".".into(), "seg-000002-1-2".into()],
                 },
             ],
             created_by: "test".into(),

@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
-use datafusion::common::{Column, Result, Statistics, not_impl_err, plan_err};
+use datafusion::common::{Column, Result, Statistics, plan_err};
 use datafusion::config::ExtensionOptions;
 use datafusion::datasource::TableType;
+use datafusion::datasource::sink::DataSinkExec;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{CreateExternalTable, Expr, TableProviderFilterPushDown};
@@ -24,29 +25,75 @@ use crate::shard_map::ShardMap;
 #[derive(Debug)]
 pub struct ShardedTable {
     dir: PathBuf,
-    map: ShardMap,
     schema: SchemaRef,
+    /// The shard map as last read, its statistics, and the file's size and time then.
+    current: parking_lot::RwLock<Arc<Opened>>,
+}
+
+#[derive(Debug)]
+struct Opened {
+    map: ShardMap,
     statistics: Statistics,
+    stamp: Option<Stamp>,
+}
+
+/// What tells one written shard map from another: every write renames a new file into
+/// place (a new inode), with its own size and time.
+type Stamp = (u64, u64, std::time::SystemTime);
+
+fn stamp_of(dir: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir.join(crate::shard_map::SHARD_MAP_FILE)).ok()?;
+    Some((meta.ino(), meta.len(), meta.modified().ok()?))
+}
+
+impl Opened {
+    fn read(dir: &Path) -> Result<Self> {
+        let stamp = stamp_of(dir);
+        let map = ShardMap::read(dir)?;
+        let statistics =
+            crate::stats::table_statistics(&map.schema()?, map.row_count, &map.column_stats);
+        Ok(Self {
+            map,
+            statistics,
+            stamp,
+        })
+    }
 }
 
 impl ShardedTable {
     /// Opens the sharded table whose shard map is in `dir`.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        let map = ShardMap::read(&dir)?;
-        let schema = map.schema()?;
-        let statistics = crate::stats::table_statistics(&schema, map.row_count, &map.column_stats);
+        let opened = Opened::read(&dir)?;
         Ok(Self {
+            schema: opened.map.schema()?,
             dir,
-            map,
-            schema,
-            statistics,
+            current: parking_lot::RwLock::new(Arc::new(opened)),
         })
     }
 
-    /// Its shard map.
-    pub fn shard_map(&self) -> &ShardMap {
-        &self.map
+    /// The shard map now: read again when an `INSERT` (of this or another process) wrote a
+    /// new one since.
+    fn current(&self) -> Result<Arc<Opened>> {
+        let known = self.current.read().clone();
+        if known.stamp.is_some() && stamp_of(&self.dir) == known.stamp {
+            return Ok(known);
+        }
+        let again = Arc::new(Opened::read(&self.dir)?);
+        if again.map.schema()? != self.schema {
+            return plan_err!(
+                "the sharded table in {} was loaded again with other columns: create it again",
+                self.dir.display()
+            );
+        }
+        *self.current.write() = again.clone();
+        Ok(again)
+    }
+
+    /// Its shard map (as last read).
+    pub fn shard_map(&self) -> ShardMap {
+        self.current.read().map.clone()
     }
 
     /// The directory of its shard map.
@@ -96,6 +143,8 @@ impl TableProvider for ShardedTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         use datafusion_proto::bytes::Serializeable;
+        let opened = self.current()?;
+        let map = &opened.map;
         let projection = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
@@ -111,9 +160,9 @@ impl TableProvider for ShardedTable {
         let filter = conjunction(shippable);
         let spec = ShardScanSpec {
             table: self.dir.display().to_string(),
-            table_id: self.map.table_id.clone(),
-            columns: self.map.columns.clone(),
-            shards: self.map.shards.clone(),
+            table_id: map.table_id.clone(),
+            columns: map.columns.clone(),
+            shards: map.shards.clone(),
             projection,
             filter: filter
                 .as_ref()
@@ -125,18 +174,17 @@ impl TableProvider for ShardedTable {
             settings: query_settings(state),
             filters_pushed: filters.len(),
             filters_shipped,
-            lookup_columns: self.map.lookup_columns(),
-            clustering_first: self
-                .map
+            lookup_columns: map.lookup_columns(),
+            clustering_first: map
                 .clustering_key
                 .first()
-                .and_then(|k| self.map.columns.iter().position(|c| c.name == *k)),
-            distribution_key: self.map.distribution_columns(),
-            shard_count: self.map.shards.len() as u32,
-            table_rows: self.map.row_count,
+                .and_then(|k| map.columns.iter().position(|c| c.name == *k)),
+            distribution_key: map.distribution_columns(),
+            shard_count: map.shards.len() as u32,
+            table_rows: map.row_count,
             probe: None,
         };
-        let stats = self.statistics.clone().project(Some(&spec.projection));
+        let stats = opened.statistics.clone().project(Some(&spec.projection));
         Ok(Arc::new(
             ShardScanExec::try_new(spec, None)?.with_statistics(stats),
         ))
@@ -150,19 +198,24 @@ impl TableProvider for ShardedTable {
     }
 
     fn statistics(&self) -> Option<Statistics> {
-        Some(self.statistics.clone())
+        let opened = self
+            .current()
+            .unwrap_or_else(|_| self.current.read().clone());
+        Some(opened.statistics.clone())
     }
 
     async fn insert_into(
         &self,
         _state: &dyn Session,
-        _input: Arc<dyn ExecutionPlan>,
-        _insert_op: InsertOp,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        not_impl_err!(
-            "INSERT into a sharded ooode table is not supported yet; load it again with COPY \
-             ... OPTIONS ('ooode.replace' 'true', 'ooode.shards' ...)"
-        )
+        let sink = crate::insert::ShardedInsertSink::new(
+            self.dir.clone(),
+            self.schema.clone(),
+            insert_op,
+        )?;
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 }
 

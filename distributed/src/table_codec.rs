@@ -156,6 +156,7 @@ mod tests {
                 shard: 0,
                 worker: "127.0.0.1:1".into(),
                 rows: 0,
+                segments: vec![],
             }],
             created_by: "test".into(),
         };
@@ -171,7 +172,7 @@ mod tests {
             .try_decode_table_provider(&buf, &name, table.schema(), &ctx.task_ctx())
             .unwrap();
         let back = back.downcast_ref::<ShardedTable>().unwrap();
-        assert_eq!(back.shard_map(), &map);
+        assert_eq!(back.shard_map(), map);
 
         // Bad encodings and a changed schema are errors naming the table.
         let schema = table.schema();

@@ -33,12 +33,27 @@ use crate::scan::ShardScanSpec;
 const PROBE_KEY: &str = "__ooode_probe_key";
 use crate::shard_map::valid_table_id;
 
+/// Removes the table files under `dir`, closed first everywhere; whether there were any.
+fn remove_table_dir(dir: &Path) -> Result<bool> {
+    if !dir.exists() {
+        return Ok(false);
+    }
+    OoodeRuntime::forget_table_everywhere(dir);
+    std::fs::remove_dir_all(dir)
+        .map_err(|e| DataFusionError::Execution(format!("remove {}: {e}", dir.display())))?;
+    Ok(true)
+}
+
+/// A shard opened as some segments: its directory and their names.
+type ShardKey = (PathBuf, Vec<String>);
+
 /// The shards of this worker process and the runtime that reads them.
 pub struct LocalShards {
     data: PathBuf,
     runtime: Arc<RuntimeEnv>,
-    /// Opened shards, kept: their B+tree roots and columnar footers stay cached.
-    tables: Mutex<HashMap<PathBuf, Arc<OoodeTable>>>,
+    /// Opened shards (as the segments a shard map named), kept: their B+tree roots and
+    /// columnar footers stay cached.
+    tables: Mutex<HashMap<ShardKey, Arc<OoodeTable>>>,
     /// Shard scans asked for by another process (`DoGet`): stages that ran elsewhere.
     fetches: std::sync::atomic::AtomicU64,
     /// Lookups (a lookup join's probes) asked for by another process.
@@ -116,6 +131,26 @@ impl LocalShards {
         self.data.join(table_id).join(format!("shard-{shard}"))
     }
 
+    /// The directory of segment `segment` of a shard (an error for a name that is none).
+    pub fn segment_dir(&self, table_id: &str, shard: u32, segment: &str) -> Result<PathBuf> {
+        let valid = segment.starts_with(ooode::storage::segments::SEGMENT_PREFIX)
+            && segment
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid_table_id(table_id) || !valid {
+            return Err(DataFusionError::Execution(format!(
+                "'{segment}' of '{table_id}' is not a segment name"
+            )));
+        }
+        Ok(self.shard_dir(table_id, shard).join(segment))
+    }
+
+    /// Removes a segment of a shard; whether it was there.
+    pub fn drop_segment(&self, segment: &crate::service::SegmentRef) -> Result<bool> {
+        let dir = self.segment_dir(&segment.table_id, segment.shard, &segment.segment)?;
+        remove_table_dir(&dir)
+    }
+
     /// Whether this worker holds the shard.
     pub fn holds(&self, table_id: &str, shard: u32) -> bool {
         valid_table_id(table_id)
@@ -133,14 +168,8 @@ impl LocalShards {
             )));
         }
         let dir = self.data.join(table_id);
-        self.tables.lock().retain(|k, _| !k.starts_with(&dir));
-        if !dir.exists() {
-            return Ok(false);
-        }
-        OoodeRuntime::forget_table_everywhere(&dir);
-        std::fs::remove_dir_all(&dir)
-            .map_err(|e| DataFusionError::Execution(format!("remove {}: {e}", dir.display())))?;
-        Ok(true)
+        self.tables.lock().retain(|k, _| !k.0.starts_with(&dir));
+        remove_table_dir(&dir)
     }
 
     /// Counts a shard read asked for by another process (a lookup, or a scan).
@@ -207,13 +236,26 @@ impl LocalShards {
         Ok(ctx)
     }
 
-    async fn open(&self, dir: PathBuf, ctx: &SessionContext) -> Result<Arc<OoodeTable>> {
-        if let Some(t) = self.tables.lock().get(&dir) {
+    /// The shard in `dir` as the segments `segments` (none: as loaded).
+    async fn open(
+        &self,
+        dir: PathBuf,
+        segments: &[String],
+        ctx: &SessionContext,
+    ) -> Result<Arc<OoodeTable>> {
+        let key = (dir, segments.to_vec());
+        if let Some(t) = self.tables.lock().get(&key) {
             return Ok(t.clone());
         }
-        let table = Arc::new(OoodeTable::open(&dir)?);
+        let table = Arc::new(match segments {
+            [] => OoodeTable::open(&key.0)?,
+            named => OoodeTable::open_segments(&key.0, named)?,
+        });
         table.prepare(&ctx.state()).await;
-        self.tables.lock().insert(dir, table.clone());
+        let mut tables = self.tables.lock();
+        // Shards as earlier shard maps named them are read by no new query.
+        tables.retain(|(d, _), _| *d != key.0);
+        tables.insert(key, table.clone());
         Ok(table)
     }
 
@@ -272,7 +314,11 @@ impl LocalShards {
                 )));
             }
             let table = self
-                .open(self.shard_dir(&spec.table_id, shard.shard), &ctx)
+                .open(
+                    self.shard_dir(&spec.table_id, shard.shard),
+                    &shard.segments,
+                    &ctx,
+                )
                 .await?;
             let mut df = ctx.read_table(table)?;
             if let Some(f) = &filter {

@@ -43,6 +43,9 @@ pub struct OoodeTable {
     segments: std::sync::atomic::AtomicUsize,
     /// The Parquet copies' metadata and statistics (one per segment), once a scan read them.
     columnar: parking_lot::Mutex<HashMap<PathBuf, Arc<ColumnarFile>>>,
+    /// For a local table read as fixed segments (a shard whose shard map names them): their
+    /// names (`.` is the directory itself), whatever its segment list says.
+    pinned: Option<Vec<String>>,
 }
 
 /// Where a table lives.
@@ -90,10 +93,27 @@ impl OoodeTable {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         let list = SegmentList::read(&dir).map_err(to_df)?;
+        Self::open_local(list.dirs(&dir), dir, None)
+    }
+
+    /// Opens the local table in `dir` as exactly the segments `names` (`.` is `dir`
+    /// itself), whatever its segment list says: a shard of a sharded table, whose shard map
+    /// names the segments committed to it.
+    pub fn open_segments(dir: impl AsRef<Path>, names: &[String]) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        Self::open_local(pinned_dirs(&dir, names)?, dir, Some(names.to_vec()))
+    }
+
+    /// The local table in `dir` of segments `segments` (checking their manifests).
+    fn open_local(
+        segments: Vec<PathBuf>,
+        dir: PathBuf,
+        pinned: Option<Vec<String>>,
+    ) -> Result<Self> {
         let mut schema = None;
         let mut rows = 0;
-        for seg in list.dirs(&dir) {
-            let table = Table::open(&seg).map_err(to_df)?;
+        for seg in &segments {
+            let table = Table::open(seg).map_err(to_df)?;
             rows += table.manifest().row_count;
             schema.get_or_insert_with(|| table.schema().clone());
         }
@@ -102,10 +122,11 @@ impl OoodeTable {
         Ok(Self {
             schema,
             rows: rows.into(),
-            segments: list.segments.len().into(),
+            segments: segments.len().into(),
             columnar: Default::default(),
             name: table_name(&dir),
             location: Location::Local(dir),
+            pinned,
         })
     }
 
@@ -134,6 +155,7 @@ impl OoodeTable {
             rows: table.manifest().row_count.into(),
             segments: 1.into(),
             columnar: Default::default(),
+            pinned: None,
             name: table_name(table.dir()),
             location: Location::Remote(RemoteLocation {
                 url: remote.url().to_path_buf(),
@@ -189,7 +211,14 @@ impl OoodeTable {
         config: &OoodeConfig,
     ) -> ooode::storage::Result<Vec<Arc<ooode::access::TableIo>>> {
         match &self.location {
-            Location::Local(dir) => local_snapshot(runtime, config, dir),
+            Location::Local(dir) => match &self.pinned {
+                Some(names) => pinned_dirs(dir, names)
+                    .map_err(|e| ooode::storage::StorageError::InvalidArgument(e.to_string()))?
+                    .iter()
+                    .map(|seg| runtime.table(seg, config.execution_mode, config.direct_io))
+                    .collect(),
+                None => local_snapshot(runtime, config, dir),
+            },
             Location::Remote(remote) => runtime
                 .remote_table(&remote.get(), config.execution_mode)
                 .map(|t| vec![t]),
@@ -483,6 +512,27 @@ impl OoodeTable {
     }
 }
 
+/// The directories of segments `names` of the table in `dir` (`.` is `dir` itself); a name
+/// that is not a segment of it is an error.
+fn pinned_dirs(dir: &Path, names: &[String]) -> Result<Vec<PathBuf>> {
+    names
+        .iter()
+        .map(|n| match n.as_str() {
+            "." => Ok(dir.to_path_buf()),
+            n if n.starts_with(ooode::storage::segments::SEGMENT_PREFIX)
+                && !n.contains(['/', '\\'])
+                && !n.contains("..") =>
+            {
+                Ok(dir.join(n))
+            }
+            n => Err(DataFusionError::Execution(format!(
+                "'{n}' is not a segment name (of {})",
+                dir.display()
+            ))),
+        })
+        .collect()
+}
+
 /// The segments of the local table in `dir` committed now, opened. Retired segments leave
 /// the runtime's cache (so that only plans still running hold them); a segment removed
 /// between reading the list and opening it (a compaction committed meanwhile) makes the
@@ -605,8 +655,9 @@ impl TableProvider for OoodeTable {
         let mut stats = Statistics::new_unknown(&self.schema);
         let rows = self.rows.load(std::sync::atomic::Ordering::Relaxed) as usize;
         // Exact for a table that cannot have grown since it was counted: one loaded once.
-        let grown = self.segments.load(std::sync::atomic::Ordering::Relaxed) != 1
-            || matches!(&self.location, Location::Local(dir) if dir.join(SEGMENTS_FILE).exists());
+        let grown = self.pinned.is_none()
+            && (self.segments.load(std::sync::atomic::Ordering::Relaxed) != 1
+                || matches!(&self.location, Location::Local(dir) if dir.join(SEGMENTS_FILE).exists()));
         stats.num_rows = if grown {
             Precision::Inexact(rows)
         } else {
@@ -621,6 +672,12 @@ impl TableProvider for OoodeTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if self.pinned.is_some() {
+            return not_impl_err!(
+                "{} is read as fixed segments (a shard): insert through its sharded table",
+                self.name
+            );
+        }
         let dir = match &self.location {
             Location::Local(dir) => dir,
             Location::Remote(remote) => {
