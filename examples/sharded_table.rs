@@ -1,5 +1,6 @@
 //! Sharded tables: two tables split over three workers, a join that looks rows up on the
-//! workers holding them, and the distributed plan.
+//! workers holding them, the distributed plan, and an insert committed on every shard at
+//! once.
 //!
 //! The three workers run inside this program so that it is self-contained; on real machines
 //! each is `ooode worker --listen HOST:PORT --data DIR`, and the coordinator below is what
@@ -90,5 +91,15 @@ pub async fn main() -> Result<()> {
         plan.contains("ShardLookupJoinExec") && plan.contains("Stage 1"),
         "{plan}"
     );
+
+    // 6. New orders: each shard's rows become a new segment on its worker, and the new
+    //    shard map (the commit) makes them visible on all three at once.
+    ctx.sql("INSERT INTO orders SELECT 200000 + value, 11, 5 FROM generate_series(1, 4)")
+        .await?
+        .collect()
+        .await?;
+    let result = show(&ctx, sql).await?;
+    println!("{result}");
+    assert!(result.contains("| 11      | 14     |"), "{result}");
     Ok(())
 }
