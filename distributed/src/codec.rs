@@ -194,6 +194,7 @@ mod tests {
             distribution_key: vec![0],
             shard_count: 3,
             table_rows: 30,
+            scan_pages: 4,
             probe: None,
         }
     }

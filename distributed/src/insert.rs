@@ -94,6 +94,9 @@ impl ShardedInsertSink {
             entry.rows += sent;
         }
         next.row_count += added;
+        if map.scan_pages > 0 {
+            next.scan_pages += counts.iter().map(|(_, done)| done.scan_pages).sum::<u64>();
+        }
         let new_stats = sink.with_distinct_counts(new_stats, &counts);
         next.column_stats = merge_stats(
             &self.schema,

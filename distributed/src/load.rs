@@ -542,6 +542,7 @@ impl DataSink for ShardedSink {
             clustering_key: self.load.clustering_key.clone(),
             indexes: self.load.indexes.clone(),
             column_stats,
+            scan_pages: counts.iter().map(|(_, done)| done.scan_pages).sum(),
             shards: (0..self.load.shards)
                 .map(|shard| ShardEntry {
                     shard,

@@ -12,9 +12,10 @@
 //! `ooode.index_join`: `never` keeps hash joins; `always` uses lookups wherever they fit;
 //! `auto` uses them when the pages they would read (the outer side's estimated rows, times
 //! the inner rows per key unless the key leads the clustering key, whose rows of a key are
-//! neighbours) are at most `ooode.index_cost_ratio` percent of the inner table's rows (0.5 %
-//! by default: the selective joins OoODE is for), while the hash join reads the whole inner
-//! table.
+//! neighbours) are below `ooode.index_cost_ratio` times the pages the hash join's scan of
+//! the inner table reads (its shards' columnar copies, or heaps), as ooode's one-node rule
+//! weighs an index join against a scan. (A shard map written before scan pages were
+//! counted falls back to 0.5 % of the inner table's rows.)
 
 use std::sync::Arc;
 
@@ -235,7 +236,11 @@ fn lookup_join(
             IndexJoinMode::Always => true,
             IndexJoinMode::Never => false,
             IndexJoinMode::Auto => outer_rows.is_some_and(|n| {
-                n as f64 * pages_per_key <= spec.table_rows as f64 * config.index_cost_ratio / 100.0
+                let lookup_pages = n as f64 * pages_per_key;
+                match spec.scan_pages {
+                    0 => lookup_pages <= spec.table_rows as f64 * 0.005,
+                    scan => lookup_pages <= scan as f64 * config.index_cost_ratio,
+                }
             }),
         };
         let rank = outer_rows.unwrap_or(usize::MAX);

@@ -75,6 +75,10 @@ pub struct ShardScanSpec {
     /// Rows of the whole table.
     #[serde(default)]
     pub table_rows: u64,
+    /// Pages a full scan of the whole table reads (its shards' columnar copies, in pages,
+    /// or their heaps); 0: unknown (a shard map written before they were counted).
+    #[serde(default)]
+    pub scan_pages: u64,
     /// Only the rows whose `column` equals one of `keys` (a lookup join's probe).
     #[serde(default)]
     pub probe: Option<Probe>,

@@ -71,6 +71,10 @@ pub struct PutShardDone {
     /// while the indexes were built).
     #[serde(default)]
     pub distinct: Vec<(String, u64)>,
+    /// Pages a full scan of what was written reads (its columnar copy's size in pages, or
+    /// its heap pages).
+    #[serde(default)]
+    pub scan_pages: u64,
 }
 
 /// The service over `shards`, accepting messages of any size (a batch of wide rows can be
@@ -149,6 +153,7 @@ impl ShardService {
             .boxed();
         let batches = FlightRecordBatchStream::new_from_flight_data(data)
             .map_err(|e| DataFusionError::External(Box::new(e)));
+        let dest_dir = dest.clone();
         let manifest =
             ooode_providers::writer::load_from_stream(Box::pin(batches), dest, schema, options)
                 .await
@@ -159,9 +164,19 @@ impl ShardService {
             .filter(|i| i.distinct_first > 0)
             .filter_map(|i| Some((i.columns.first()?.clone(), i.distinct_first)))
             .collect();
+        let columnar_bytes = manifest
+            .columnar
+            .as_ref()
+            .and_then(|file| std::fs::metadata(dest_dir.join(file)).ok())
+            .map(|m| m.len());
+        let scan_pages = match columnar_bytes {
+            Some(bytes) => bytes.div_ceil(manifest.page_size.max(1) as u64),
+            None => manifest.heap_pages,
+        };
         Ok(PutShardDone {
             rows: manifest.row_count,
             distinct,
+            scan_pages,
         })
     }
 }

@@ -57,6 +57,10 @@ pub struct ShardMap {
     /// Statistics of each column over all shards.
     #[serde(default)]
     pub column_stats: Vec<crate::stats::ColumnStats>,
+    /// Pages a full scan of all shards reads: each shard's columnar copy's size in pages (a
+    /// scan reads it when there is one), else its heap pages. 0: not counted (older maps).
+    #[serde(default)]
+    pub scan_pages: u64,
     /// The shards, in shard order.
     pub shards: Vec<ShardEntry>,
     /// Program that wrote the table.
@@ -244,6 +248,7 @@ mod tests {
             clustering_key: vec!["k".into()],
             indexes: vec![vec!["v".into()]],
             column_stats: vec![],
+            scan_pages: 7,
             shards: vec![
                 ShardEntry {
                     shard: 0,

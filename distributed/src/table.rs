@@ -182,6 +182,7 @@ impl TableProvider for ShardedTable {
             distribution_key: map.distribution_columns(),
             shard_count: map.shards.len() as u32,
             table_rows: map.row_count,
+            scan_pages: map.scan_pages,
             probe: None,
         };
         let stats = opened.statistics.clone().project(Some(&spec.projection));

@@ -152,6 +152,7 @@ mod tests {
             clustering_key: vec!["k".into()],
             indexes: vec![],
             column_stats: vec![],
+            scan_pages: 7,
             shards: vec![crate::shard_map::ShardEntry {
                 shard: 0,
                 worker: "127.0.0.1:1".into(),
