@@ -307,6 +307,17 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
             .join("\n");
         assert!(explain.contains(kind), "q{n}: {explain}");
     }
+    // An inner join on two keys looks up by one and checks the other on the pairs found
+    // (Q9: partsupp by ps_partkey, ps_suppkey = l_suppkey checked); its rows were compared
+    // with one node's above.
+    let explain = rows(&ctx, &format!("EXPLAIN {}", query(9)))
+        .await
+        .join("\n");
+    let lookup_under_filter = explain
+        .lines()
+        .zip(explain.lines().skip(1))
+        .any(|(a, b)| a.contains("FilterExec") && b.contains("ShardLookupJoinExec: Inner"));
+    assert!(lookup_under_filter, "q9: {explain}");
     run(&ctx, "SET ooode.index_join = 'auto'").await;
 
     // A one-node ooode table of the coordinator answers alone, and joined with sharded

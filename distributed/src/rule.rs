@@ -1,7 +1,9 @@
 //! `ShardLookupRule`: a hash join whose one side reads a sharded table through an index's
 //! leading column becomes a [`ShardLookupJoinExec`] where lookups win: inner joins (either
-//! side), and outer, semi and anti joins whose preserved side is the other one. Joins with a
-//! condition beyond the key equality stay hash joins.
+//! side), and outer, semi and anti joins whose preserved side is the other one. An inner
+//! join may have more key pairs and a filter: the lookups use one key, and the other
+//! equalities and the filter are checked on the pairs they return. Outer, semi and anti
+//! joins with a condition beyond the key equality stay hash joins.
 //!
 //! It runs on the coordinator right after ooode's own index rule, before DataFusion adds
 //! repartitions, and only changes plans: the replaced join's key, output columns and order
@@ -23,8 +25,10 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
-use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue};
-use datafusion::physical_expr::expressions::Column;
+use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue, internal_err};
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column};
 use datafusion::physical_expr::split_conjunction;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -168,15 +172,79 @@ fn fanout(inner: &Arc<dyn ExecutionPlan>, table_col: usize, table_rows: u64) -> 
     (table_rows as f64 / distinct.max(1.0)).max(1.0)
 }
 
+/// The conditions of inner join `join` beyond its key pair `used`, over the lookup join's
+/// output (the outer side's columns, then the inner side's): the other key equalities and
+/// the join filter. None: there are none.
+fn residual(
+    join: &HashJoinExec,
+    used: usize,
+    inner_side: JoinSide,
+) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    let outer_len = match inner_side {
+        JoinSide::Left => join.right.schema().fields().len(),
+        _ => join.left.schema().fields().len(),
+    };
+    // Where a column of the left (right) input is in the lookup join's output.
+    let at = |side: JoinSide, index: usize| match side == inner_side {
+        true => outer_len + index,
+        false => index,
+    };
+    let moved = |expr: &Arc<dyn PhysicalExpr>, side: JoinSide| {
+        Arc::clone(expr)
+            .transform(|e| match e.downcast_ref::<Column>() {
+                Some(c) => Ok(Transformed::yes(
+                    Arc::new(Column::new(c.name(), at(side, c.index()))) as Arc<dyn PhysicalExpr>,
+                )),
+                None => Ok(Transformed::no(e)),
+            })
+            .data()
+    };
+    let mut conditions: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+    for (i, (left, right)) in join.on.iter().enumerate() {
+        if i != used {
+            conditions.push(Arc::new(BinaryExpr::new(
+                moved(left, JoinSide::Left)?,
+                Operator::Eq,
+                moved(right, JoinSide::Right)?,
+            )));
+        }
+    }
+    if let Some(filter) = &join.filter {
+        let indices = filter.column_indices();
+        let expr = Arc::clone(filter.expression())
+            .transform(|e| match e.downcast_ref::<Column>() {
+                Some(c) => {
+                    let Some(source) = indices.get(c.index()) else {
+                        return internal_err!("a join filter's column {} has no source", c.index());
+                    };
+                    Ok(Transformed::yes(Arc::new(Column::new(
+                        c.name(),
+                        at(source.side, source.index),
+                    ))
+                        as Arc<dyn PhysicalExpr>))
+                }
+                None => Ok(Transformed::no(e)),
+            })
+            .data()?;
+        conditions.push(expr);
+    }
+    Ok(conditions
+        .into_iter()
+        .reduce(|a, b| Arc::new(BinaryExpr::new(a, Operator::And, b)) as Arc<dyn PhysicalExpr>))
+}
+
 fn lookup_join(
     join: &HashJoinExec,
     config: &OoodeConfig,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if join.filter.is_some()
+    // Conditions beyond one key are checked on the pairs found: right for inner joins only
+    // (an outer, semi or anti join's unmatched rows depend on them).
+    let more = join.filter.is_some() || join.on.len() != 1;
+    if (more && join.join_type != JoinType::Inner)
+        || join.on.is_empty()
         || join.null_aware
         || join.null_equality != NullEquality::NullEqualsNothing
         || join.fetch().is_some()
-        || join.on.len() != 1
     {
         return Ok(None);
     }
@@ -194,19 +262,22 @@ fn lookup_join(
         JoinType::RightAnti => &[(JoinSide::Left, LookupKind::Anti)],
         _ => &[],
     };
-    // (estimated outer rows, inner side, kind, outer plan, join) of the best candidate.
+    // (estimated outer rows, inner side, kind, outer plan, join, key pair used) of the best
+    // candidate.
     type Choice = (
         usize,
         JoinSide,
         LookupKind,
         Arc<dyn ExecutionPlan>,
         LookupJoin,
+        usize,
     );
     let mut best: Option<Choice> = None;
-    for &(inner_side, kind) in candidates {
+    let pairs = (0..join.on.len()).flat_map(|p| candidates.iter().map(move |c| (p, *c)));
+    for (pair, (inner_side, kind)) in pairs {
         let (inner_plan, outer_plan, inner_expr, outer_expr) = match inner_side {
-            JoinSide::Left => (&join.left, &join.right, &join.on[0].0, &join.on[0].1),
-            _ => (&join.right, &join.left, &join.on[0].1, &join.on[0].0),
+            JoinSide::Left => (&join.left, &join.right, &join.on[pair].0, &join.on[pair].1),
+            _ => (&join.right, &join.left, &join.on[pair].1, &join.on[pair].0),
         };
         let Some(spec) = shard_read(inner_plan) else {
             continue;
@@ -259,13 +330,17 @@ fn lookup_join(
                 Some(c) if c.fetch().is_none() => c.input().clone(),
                 _ => outer_plan.clone(),
             };
-            best = Some((rank, inner_side, kind, outer, lookup));
+            best = Some((rank, inner_side, kind, outer, lookup, pair));
         }
     }
-    let Some((_, inner_side, kind, outer, lookup)) = best else {
+    let Some((_, inner_side, kind, outer, lookup, pair)) = best else {
         return Ok(None);
     };
-    let node = Arc::new(ShardLookupJoinExec::try_new(outer, lookup, None)?);
+    let node: Arc<dyn ExecutionPlan> = Arc::new(ShardLookupJoinExec::try_new(outer, lookup, None)?);
+    let node = match residual(join, pair, inner_side)? {
+        Some(predicate) => Arc::new(FilterExec::try_new(predicate, node)?) as _,
+        None => node,
+    };
     let kind = match kind {
         LookupKind::Inner => IndexJoinKind::Inner,
         LookupKind::Semi => IndexJoinKind::Semi,
