@@ -141,14 +141,23 @@ fn fanout(inner: &Arc<dyn ExecutionPlan>, table_col: usize, table_rows: u64) -> 
     if let Some(filter) = scan.downcast_ref::<FilterExec>() {
         scan = below_moves(filter.input());
     }
-    let Some(column) = scan
-        .downcast_ref::<ShardScanExec>()
-        .and_then(|s| s.spec().projection.iter().position(|&c| c == table_col))
+    let Some(shard_scan) = scan.downcast_ref::<ShardScanExec>() else {
+        return 1.0;
+    };
+    let Some(column) = shard_scan
+        .spec()
+        .projection
+        .iter()
+        .position(|&c| c == table_col)
     else {
         return 1.0;
     };
-    let Ok(stats) = StatisticsContext::new().compute(scan.as_ref(), &StatisticsArgs::new()) else {
-        return 1.0;
+    let stats = match shard_scan.table_statistics() {
+        Some(s) => Arc::new(s.clone()),
+        None => match StatisticsContext::new().compute(scan.as_ref(), &StatisticsArgs::new()) {
+            Ok(s) => s,
+            Err(_) => return 1.0,
+        },
     };
     let Some(c) = stats.column_statistics.get(column) else {
         return 1.0;

@@ -192,8 +192,10 @@ pub struct ShardScanExec {
     /// The shards of this process, on a worker.
     local: Option<Arc<LocalShards>>,
     properties: Arc<PlanProperties>,
-    /// What the coordinator knows of the rows read (from the shard map).
+    /// What the coordinator knows of the rows read (from the shard map, under the filter).
     statistics: Option<Arc<Statistics>>,
+    /// The same for the projected columns of the whole table (no filter): rows per key.
+    table_statistics: Option<Arc<Statistics>>,
 }
 
 impl ShardScanExec {
@@ -212,6 +214,7 @@ impl ShardScanExec {
             local,
             properties,
             statistics: None,
+            table_statistics: None,
         })
     }
 
@@ -219,6 +222,18 @@ impl ShardScanExec {
     pub fn with_statistics(mut self, statistics: Statistics) -> Self {
         self.statistics = Some(Arc::new(statistics));
         self
+    }
+
+    /// The same scan, over a table whose projected columns `statistics` describes (before
+    /// the scan's filter).
+    pub fn with_table_statistics(mut self, statistics: Statistics) -> Self {
+        self.table_statistics = Some(Arc::new(statistics));
+        self
+    }
+
+    /// The statistics of the projected columns of the whole table, if known.
+    pub fn table_statistics(&self) -> Option<&Statistics> {
+        self.table_statistics.as_deref()
     }
 
     /// What it reads.

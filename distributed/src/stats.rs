@@ -6,8 +6,11 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
 use datafusion::arrow::compute::{max, max_string, min, min_string};
 use datafusion::arrow::datatypes::{ArrowPrimitiveType, DataType, SchemaRef};
 use datafusion::arrow::downcast_primitive_array;
+use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{ColumnStatistics, ScalarValue, Statistics};
+use datafusion::common::{ColumnStatistics, DFSchema, Result, ScalarValue, Statistics};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::{AnalysisContext, analyze};
 use serde::{Deserialize, Serialize};
 
 /// One column's statistics, values as text (parsed back with the column's type).
@@ -130,6 +133,107 @@ pub fn table_statistics(schema: &SchemaRef, rows: u64, columns: &[ColumnStats]) 
     stats
 }
 
+/// `stats` (of a table of `schema`) for the rows that satisfy `filter`: rows scaled by its
+/// selectivity, and each column it narrows given its narrowed bounds and its distinct values
+/// scaled by the share of its range kept. (DataFusion's FilterExec caps distinct counts at
+/// the rows left but does not scale them: a filtered join key then looks as varied as the
+/// whole column, and the join far smaller than it is.) The FilterExec above the scan finds
+/// the bounds already narrowed and keeps the rows. Unchanged when the filter cannot be
+/// analysed.
+pub fn under_filter(
+    state: &dyn Session,
+    schema: &SchemaRef,
+    stats: &Statistics,
+    filter: &Expr,
+) -> Statistics {
+    let attempt = || -> Result<Statistics> {
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        let predicate = state.create_physical_expr(filter.clone(), &df_schema)?;
+        let context = AnalysisContext::try_from_statistics(schema, &stats.column_statistics)?;
+        let analysis = analyze(&predicate, context, schema)?;
+        let Some(&rows) = stats.num_rows.get_value() else {
+            return Ok(stats.clone());
+        };
+        let selectivity = analysis.selectivity.unwrap_or(1.0).clamp(0.0, 1.0);
+        let mut left = (rows as f64 * selectivity).ceil() as usize;
+        let mut narrowed = selectivity < 1.0;
+        let mut out = stats.clone();
+        for ((column, bounds), before) in out
+            .column_statistics
+            .iter_mut()
+            .zip(&analysis.boundaries)
+            .zip(&stats.column_statistics)
+        {
+            let Some(interval) = &bounds.interval else {
+                left = 0;
+                narrowed = true;
+                continue;
+            };
+            let (lo, hi) = (interval.lower(), interval.upper());
+            if let Some(share) = range_share(before, lo, hi) {
+                narrowed = true;
+                if !lo.is_null() {
+                    column.min_value = Precision::Inexact(lo.clone());
+                }
+                if !hi.is_null() {
+                    column.max_value = Precision::Inexact(hi.clone());
+                }
+                if let Some(&d) = before.distinct_count.get_value() {
+                    column.distinct_count =
+                        Precision::Inexact(((d as f64 * share).ceil() as usize).max(1));
+                }
+            }
+        }
+        if !narrowed {
+            return Ok(stats.clone());
+        }
+        out.num_rows = Precision::Inexact(left);
+        for column in &mut out.column_statistics {
+            if column
+                .distinct_count
+                .get_value()
+                .is_some_and(|&d| d > left.max(1))
+            {
+                column.distinct_count = Precision::Inexact(left.max(1));
+            }
+            if column.null_count.get_value().is_some_and(|&n| n > left) {
+                column.null_count = Precision::Inexact(left);
+            }
+        }
+        Ok(out)
+    };
+    attempt().unwrap_or_else(|_| stats.clone())
+}
+
+/// The share of a numeric column's range `before` that `lo..=hi` keeps (a null bound: the
+/// old one); None when it keeps all of it or the column is not numeric.
+fn range_share(before: &ColumnStatistics, lo: &ScalarValue, hi: &ScalarValue) -> Option<f64> {
+    let number = |v: &ScalarValue| match v.cast_to(&DataType::Int64) {
+        Ok(ScalarValue::Int64(Some(x))) => Some(x as f64),
+        _ => match v.cast_to(&DataType::Float64) {
+            Ok(ScalarValue::Float64(Some(x))) => Some(x),
+            _ => None,
+        },
+    };
+    let old_lo = number(before.min_value.get_value()?)?;
+    let old_hi = number(before.max_value.get_value()?)?;
+    let new_lo = if lo.is_null() {
+        old_lo
+    } else {
+        number(lo)?.max(old_lo)
+    };
+    let new_hi = if hi.is_null() {
+        old_hi
+    } else {
+        number(hi)?.min(old_hi)
+    };
+    let span = old_hi - old_lo;
+    if (new_lo == old_lo && new_hi == old_hi) || span <= 0.0 {
+        return None;
+    }
+    Some(((new_hi - new_lo).max(0.0) / span).clamp(0.0, 1.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +292,50 @@ mod tests {
         assert_eq!(
             stats.column_statistics[0].distinct_count,
             Precision::Inexact(4)
+        );
+    }
+
+    #[test]
+    fn a_filter_narrows_rows_bounds_and_the_distinct_values_of_its_column() {
+        use datafusion::logical_expr::{col, lit};
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("g", DataType::Int64, false),
+        ]));
+        let column = |lo: i64, hi: i64, distinct: usize| ColumnStatistics {
+            min_value: Precision::Inexact(ScalarValue::Int64(Some(lo))),
+            max_value: Precision::Inexact(ScalarValue::Int64(Some(hi))),
+            null_count: Precision::Exact(0),
+            distinct_count: Precision::Inexact(distinct),
+            ..ColumnStatistics::new_unknown()
+        };
+        let stats = Statistics {
+            num_rows: Precision::Exact(150_000),
+            total_byte_size: Precision::Absent,
+            column_statistics: vec![column(1, 150_000, 150_000), column(0, 99, 100)],
+        };
+        let state = datafusion::prelude::SessionContext::new().state();
+        let out = under_filter(&state, &schema, &stats, &col("k").lt_eq(lit(1500i64)));
+        let rows = *out.num_rows.get_value().unwrap();
+        assert!((1450..=1550).contains(&rows), "{rows}");
+        let k = &out.column_statistics[0];
+        assert_eq!(
+            k.max_value.get_value(),
+            Some(&ScalarValue::Int64(Some(1500)))
+        );
+        let distinct = *k.distinct_count.get_value().unwrap();
+        assert!((1450..=1550).contains(&distinct), "{distinct}");
+        // Another column keeps its distinct values (below the rows left).
+        assert_eq!(
+            out.column_statistics[1].distinct_count.get_value(),
+            Some(&100)
+        );
+        // A filter it cannot analyse leaves the statistics as they were.
+        let opaque =
+            datafusion::logical_expr::Expr::Literal(ScalarValue::Boolean(Some(true)), None);
+        assert_eq!(
+            under_filter(&state, &schema, &stats, &opaque).num_rows,
+            stats.num_rows
         );
     }
 }

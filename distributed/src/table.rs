@@ -185,9 +185,16 @@ impl TableProvider for ShardedTable {
             scan_pages: map.scan_pages,
             probe: None,
         };
-        let stats = opened.statistics.clone().project(Some(&spec.projection));
+        let table_stats = opened.statistics.clone().project(Some(&spec.projection));
+        let filtered = match &filter {
+            Some(f) => crate::stats::under_filter(state, &self.schema, &opened.statistics, f),
+            None => opened.statistics.clone(),
+        };
+        let stats = filtered.project(Some(&spec.projection));
         Ok(Arc::new(
-            ShardScanExec::try_new(spec, None)?.with_statistics(stats),
+            ShardScanExec::try_new(spec, None)?
+                .with_statistics(stats)
+                .with_table_statistics(table_stats),
         ))
     }
 
