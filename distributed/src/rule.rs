@@ -12,7 +12,8 @@
 //! scan holds more than the scan was given).
 //!
 //! `ooode.index_join`: `never` keeps hash joins; `always` uses lookups wherever they fit;
-//! `auto` uses them when the pages they would read (the outer side's estimated rows, times
+//! `auto` uses them when the pages they would read (the outer side's estimated rows or, if
+//! fewer, the distinct values of its key, times
 //! the inner rows per key unless the key leads the clustering key, whose rows of a key are
 //! neighbours) are below `ooode.index_cost_ratio` times the pages the hash join's scan of
 //! the inner table reads (its shards' columnar copies, or heaps), as ooode's one-node rule
@@ -121,6 +122,17 @@ fn shard_read(plan: &Arc<dyn ExecutionPlan>) -> Option<ShardScanSpec> {
             .collect::<Option<Vec<_>>>()?;
     }
     Some(spec)
+}
+
+/// The estimated distinct values of column `column` of `plan`'s output.
+fn distinct_values(plan: &Arc<dyn ExecutionPlan>, column: usize) -> Option<usize> {
+    let stats = StatisticsContext::new()
+        .compute(plan.as_ref(), &StatisticsArgs::new())
+        .ok()?;
+    match stats.column_statistics.get(column)?.distinct_count {
+        Precision::Exact(n) | Precision::Inexact(n) => Some(n),
+        Precision::Absent => None,
+    }
 }
 
 fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
@@ -304,6 +316,11 @@ fn lookup_join(
             continue;
         }
         let outer_rows = estimated_rows(outer_plan);
+        // The lookups send each batch's distinct keys: no more keys than the outer key has
+        // values.
+        let outer_keys = outer_rows.map(|rows| {
+            distinct_values(outer_plan, outer_col.index()).map_or(rows, |d| d.min(rows))
+        });
         let fanout = fanout(inner_plan, table_col, spec.table_rows);
         // Pages the lookups would read on the workers (a key's rows are neighbours when the
         // key leads the clustering key: about one page; otherwise about one page per row)
@@ -315,7 +332,7 @@ fn lookup_join(
         let wanted = match config.index_join {
             IndexJoinMode::Always => true,
             IndexJoinMode::Never => false,
-            IndexJoinMode::Auto => outer_rows.is_some_and(|n| {
+            IndexJoinMode::Auto => outer_keys.is_some_and(|n| {
                 let lookup_pages = n as f64 * pages_per_key;
                 match spec.scan_pages {
                     0 => lookup_pages <= spec.table_rows as f64 * 0.005,
