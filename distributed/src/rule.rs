@@ -84,13 +84,17 @@ impl PhysicalOptimizerRule for ShardLookupRule {
     }
 }
 
-/// `plan` without the nodes above it that only move rows between partitions.
+/// `plan` without the nodes above it that only move rows between partitions (a partitioned
+/// hash join's hash repartitions too: lookups need none).
 fn below_moves(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
     let moves_only = plan.is::<CoalescePartitionsExec>()
         || plan.name() == "CoalesceBatchesExec"
-        || plan
-            .downcast_ref::<RepartitionExec>()
-            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)));
+        || plan.downcast_ref::<RepartitionExec>().is_some_and(|r| {
+            matches!(
+                r.partitioning(),
+                Partitioning::RoundRobinBatch(_) | Partitioning::Hash(..)
+            )
+        });
     match plan.children().as_slice() {
         [child] if moves_only => below_moves(child),
         _ => plan,
@@ -350,10 +354,18 @@ fn lookup_join(
                 fanout,
                 kind,
             };
-            // A build side gathered into one partition for a hash join need not be: the
-            // lookups run in the outer side's own tasks (on the workers, where it is a scan).
-            let outer = match outer_plan.downcast_ref::<CoalescePartitionsExec>() {
-                Some(c) if c.fetch().is_none() => c.input().clone(),
+            // A build side gathered into one partition for a hash join need not be, nor a side
+            // hash-partitioned for a partitioned one: the lookups run in the outer side's own
+            // tasks (on the workers, where it is a scan). DataFusion places the repartitions
+            // the plan above still needs after this rule.
+            let outer = match (
+                outer_plan.downcast_ref::<CoalescePartitionsExec>(),
+                outer_plan.downcast_ref::<RepartitionExec>(),
+            ) {
+                (Some(c), _) if c.fetch().is_none() => c.input().clone(),
+                (_, Some(r)) if matches!(r.partitioning(), Partitioning::Hash(..)) => {
+                    r.input().clone()
+                }
                 _ => outer_plan.clone(),
             };
             best = Some((rank, inner_side, kind, outer, lookup, pair));
