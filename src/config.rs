@@ -200,7 +200,8 @@ pub struct OoodeConfig {
     /// Seconds a table in object storage keeps the segments a compaction or an `INSERT
     /// OVERWRITE` replaced (queries of other processes may still read them; object storage
     /// has no locks to tell) and the uploads of inserts that never committed; a later
-    /// compaction removes what is older.
+    /// compaction removes what is older. Sharded tables keep the shards a replacing load
+    /// or `INSERT OVERWRITE` replaced as long, removed by a later write of the table.
     pub remote_retention_secs: u64,
 }
 
@@ -422,7 +423,8 @@ const SETTINGS: &[Setting] = &[
         description: "Tables in object storage: seconds the segments replaced by a compaction \
                       or INSERT OVERWRITE, and uploads of inserts that never committed, are \
                       kept (queries in other processes may still read them) before a later \
-                      compaction removes them",
+                      compaction removes them; sharded tables: seconds replaced shards are \
+                      kept on the workers before a later write removes them",
         show: |c| c.remote_retention_secs.to_string(),
         set: |c, v| {
             c.remote_retention_secs = v.trim().parse().map_err(|_| {

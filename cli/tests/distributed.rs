@@ -670,7 +670,9 @@ async fn inserts_into_a_sharded_table_commit_on_every_worker_at_once() {
         ["23001|264511505"]
     );
 
-    // INSERT OVERWRITE replaces every row (a new load); the old shards leave the workers.
+    // INSERT OVERWRITE replaces every row (a new load); the old shards stay on the workers
+    // for the queries planned before (`ooode.remote_retention_secs`), and a later write
+    // past that time removes them.
     assert_eq!(
         rows(
             &ctx,
@@ -683,7 +685,26 @@ async fn inserts_into_a_sharded_table_commit_on_every_worker_at_once() {
         rows(&ctx, "SELECT COUNT(*), SUM(k), MAX(s) FROM t WHERE g = 1").await,
         ["30|1335|o88"]
     );
+    let replaced = ShardMap::read(&table).unwrap();
+    assert_eq!(replaced.retired.len(), 1);
+    assert_eq!(replaced.retired[0].table_id, map.table_id);
+    for w in &workers {
+        assert!(
+            w.data.join(&map.table_id).exists(),
+            "old shards kept a while"
+        );
+    }
+    run(&ctx, "SET ooode.remote_retention_secs = 0").await;
+    assert_eq!(
+        rows(&ctx, "INSERT INTO t VALUES (91, 1, 'late')").await,
+        ["1"]
+    );
+    assert!(ShardMap::read(&table).unwrap().retired.is_empty());
     for w in &workers {
         assert!(!w.data.join(&map.table_id).exists(), "old shards removed");
     }
+    assert_eq!(
+        rows(&ctx, "SELECT COUNT(*), MAX(s) FROM t WHERE g = 1").await,
+        ["31|o88"]
+    );
 }

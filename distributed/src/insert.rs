@@ -39,22 +39,36 @@ pub struct ShardedInsertSink {
     dir: PathBuf,
     schema: SchemaRef,
     op: InsertOp,
+    /// Seconds replaced shards stay on the workers (`ooode.remote_retention_secs`).
+    retention_secs: u64,
 }
 
 impl ShardedInsertSink {
     /// A sink appending to (or, with [`InsertOp::Overwrite`], replacing) the rows of the
-    /// sharded table whose shard map is in `dir`.
-    pub fn new(dir: PathBuf, schema: SchemaRef, op: InsertOp) -> Result<Self> {
+    /// sharded table whose shard map is in `dir`; shards it replaces stay on their workers
+    /// `retention_secs` seconds.
+    pub fn new(dir: PathBuf, schema: SchemaRef, op: InsertOp, retention_secs: u64) -> Result<Self> {
         if op == InsertOp::Replace {
             return not_impl_err!("REPLACE INTO is not supported on sharded ooode tables");
         }
-        Ok(Self { dir, schema, op })
+        Ok(Self {
+            dir,
+            schema,
+            op,
+            retention_secs,
+        })
     }
 
     async fn append(&self, data: SendableRecordBatchStream) -> Result<u64> {
         let _lock = write_lock(&self.dir).await?;
         let map = ShardMap::read(&self.dir)?;
-        let sink = ShardedSink::for_map(self.dir.clone(), &map, self.schema.clone(), false)?;
+        let sink = ShardedSink::for_map(
+            self.dir.clone(),
+            &map,
+            self.schema.clone(),
+            false,
+            self.retention_secs,
+        )?;
         let segment = SegmentList::initial().next_segment_name();
         let failed = |e: String, cleanup: String| {
             DataFusionError::Execution(format!(
@@ -118,6 +132,12 @@ impl ShardedInsertSink {
         if !empty.is_empty() {
             let left = remove_segments(&map, &segment, |shard| empty.contains(&shard)).await;
             log::debug!("ooode: empty segments of {}: {left}", self.dir.display());
+        }
+        if let Err(e) = next.remove_expired(&self.dir, self.retention_secs).await {
+            log::warn!(
+                "ooode: removing replaced shards of {}: {e}",
+                self.dir.display()
+            );
         }
         Ok(added)
     }
@@ -253,9 +273,15 @@ impl DataSink for ShardedInsertSink {
             InsertOp::Overwrite => {
                 let _lock = write_lock(&self.dir).await?;
                 let map = ShardMap::read(&self.dir)?;
-                ShardedSink::for_map(self.dir.clone(), &map, self.schema.clone(), true)?
-                    .write_all(data, context)
-                    .await
+                ShardedSink::for_map(
+                    self.dir.clone(),
+                    &map,
+                    self.schema.clone(),
+                    true,
+                    self.retention_secs,
+                )?
+                .write_all(data, context)
+                .await
             }
             _ => self.append(data).await,
         }

@@ -75,6 +75,8 @@ pub(crate) struct ShardedLoad {
     clustering_key: Vec<String>,
     indexes: Vec<Vec<String>>,
     replace: bool,
+    /// Seconds replaced shards stay on the workers (`ooode.remote_retention_secs`).
+    retention_secs: u64,
 }
 
 /// See [`ShardedFormatFactory`]: ooode's format, whose writer loads shards onto workers.
@@ -154,6 +156,8 @@ impl ShardedFormat {
                 clustering_key: load.clustering_key.clone(),
                 indexes: load.indexes.clone(),
                 replace: load.replace,
+                retention_secs: ooode_providers::provider::ooode_config(state)
+                    .remote_retention_secs,
             },
         })
     }
@@ -316,6 +320,7 @@ impl ShardedSink {
         map: &ShardMap,
         schema: SchemaRef,
         replace: bool,
+        retention_secs: u64,
     ) -> Result<Self> {
         let key_columns = map
             .distribution_key
@@ -340,6 +345,7 @@ impl ShardedSink {
                 clustering_key: map.clustering_key.clone(),
                 indexes: map.indexes.clone(),
                 replace,
+                retention_secs,
             },
             key_columns,
             schema,
@@ -532,7 +538,7 @@ impl DataSink for ShardedSink {
         }
         let replaced = ShardMap::read(&self.dest).ok();
         let column_stats = self.with_distinct_counts(column_stats, &counts);
-        let map = ShardMap {
+        let mut map = ShardMap {
             format_version: SHARD_MAP_VERSION,
             table_id: table_id.clone(),
             columns: ShardMap::columns_of(&self.schema),
@@ -552,22 +558,23 @@ impl DataSink for ShardedSink {
                 })
                 .collect(),
             created_by: format!("ooode-distributed {}", env!("CARGO_PKG_VERSION")),
+            retired: replaced.as_ref().map(ShardMap::retire).unwrap_or_default(),
         };
         if let Err(e) = map.write(&self.dest) {
             let cleanup = self.remove_shards(&table_id).await;
             return Err(DataFusionError::Execution(format!("{e}; {cleanup}")));
         }
-        // The old shards are unreachable now; removing them is housekeeping.
-        if let Some(old) = replaced {
-            for worker in old.workers() {
-                if let Err(e) = crate::client::drop_table(&worker, &old.table_id).await {
-                    log::warn!(
-                        "ooode: the replaced shards {} on {worker} were not removed: {e}",
-                        old.table_id
-                    );
-                }
-            }
+        // New queries no longer read the old shards; those planned before may for a while.
+        let rows = map.row_count;
+        if let Err(e) = map
+            .remove_expired(&self.dest, self.load.retention_secs)
+            .await
+        {
+            log::warn!(
+                "ooode: removing replaced shards of {}: {e}",
+                self.dest.display()
+            );
         }
-        Ok(map.row_count)
+        Ok(rows)
     }
 }

@@ -32,6 +32,17 @@ pub struct ShardEntry {
     pub segments: Vec<String>,
 }
 
+/// Shards a load replaced, kept a while for the queries planned before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredShards {
+    /// Their table id on the workers.
+    pub table_id: String,
+    /// The workers holding them.
+    pub workers: Vec<String>,
+    /// When they were replaced (seconds since the Unix epoch).
+    pub retired_at: u64,
+}
+
 /// The shard map of one sharded table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMap {
@@ -63,6 +74,10 @@ pub struct ShardMap {
     pub scan_pages: u64,
     /// The shards, in shard order.
     pub shards: Vec<ShardEntry>,
+    /// Shards of earlier loads (`ooode.replace`, `INSERT OVERWRITE`) not yet removed from
+    /// their workers: a query planned before the replacement may still read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<RetiredShards>,
     /// Program that wrote the table.
     pub created_by: String,
 }
@@ -162,6 +177,54 @@ impl ShardMap {
         Ok(())
     }
 
+    /// `self`'s shards as retired now, with those retired before.
+    pub fn retire(&self) -> Vec<RetiredShards> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut out = self.retired.clone();
+        out.push(RetiredShards {
+            table_id: self.table_id.clone(),
+            workers: self.workers(),
+            retired_at: now,
+        });
+        out
+    }
+
+    /// Removes from the workers the retired shards older than `retention_secs`, and (if any
+    /// went) writes the map without them in `dir`. What could not be removed stays listed.
+    pub async fn remove_expired(&mut self, dir: &Path, retention_secs: u64) -> Result<()> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let before = self.retired.len();
+        let mut kept = Vec::new();
+        for old in std::mem::take(&mut self.retired) {
+            if old.retired_at.saturating_add(retention_secs) > now {
+                kept.push(old);
+                continue;
+            }
+            let mut left = false;
+            for worker in &old.workers {
+                if let Err(e) = crate::client::drop_table(worker, &old.table_id).await {
+                    log::warn!(
+                        "ooode: the replaced shards {} on {worker} were not removed: {e}",
+                        old.table_id
+                    );
+                    left = true;
+                }
+            }
+            if left {
+                kept.push(old);
+            }
+        }
+        self.retired = kept;
+        if self.retired.len() != before {
+            self.write(dir)?;
+        }
+        Ok(())
+    }
+
     /// Table columns that lead an index (the clustering key's first column, each secondary
     /// index's first column).
     pub fn lookup_columns(&self) -> Vec<usize> {
@@ -249,6 +312,7 @@ mod tests {
             indexes: vec![vec!["v".into()]],
             column_stats: vec![],
             scan_pages: 7,
+            retired: vec![],
             shards: vec![
                 ShardEntry {
                     shard: 0,

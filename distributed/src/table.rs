@@ -214,7 +214,7 @@ impl TableProvider for ShardedTable {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -222,6 +222,7 @@ impl TableProvider for ShardedTable {
             self.dir.clone(),
             self.schema.clone(),
             insert_op,
+            ooode_providers::provider::ooode_config(state).remote_retention_secs,
         )?;
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }

@@ -153,6 +153,7 @@ mod tests {
             indexes: vec![],
             column_stats: vec![],
             scan_pages: 7,
+            retired: vec![],
             shards: vec![crate::shard_map::ShardEntry {
                 shard: 0,
                 worker: "127.0.0.1:1".into(),
