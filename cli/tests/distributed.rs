@@ -670,6 +670,25 @@ async fn inserts_into_a_sharded_table_commit_on_every_worker_at_once() {
         ["23001|264511505"]
     );
 
+    // A segment no shard map names (an insert whose coordinator died before its commit)
+    // goes at the next insert; the named ones stay.
+    let orphan = workers[0]
+        .data
+        .join(&map.table_id)
+        .join("shard-0")
+        .join("seg-000000-orphan-1");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::write(orphan.join("manifest.json"), "{}").unwrap();
+    assert_eq!(
+        rows(&ctx, "INSERT INTO t VALUES (23001, 1, 'after')").await,
+        ["1"]
+    );
+    assert!(!orphan.exists(), "the uncommitted segment was removed");
+    assert_eq!(
+        rows(&ctx, "SELECT COUNT(*), SUM(k) FROM t").await,
+        ["23002|264534506"]
+    );
+
     // INSERT OVERWRITE replaces every row (a new load); the old shards stay on the workers
     // for the queries planned before (`ooode.remote_retention_secs`), and a later write
     // past that time removes them.

@@ -15,7 +15,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::scan::ShardScanSpec;
 use crate::service::{
-    Batches, DROP_SEGMENT, DROP_TABLE, EMPTY_POOL, PutShard, PutShardDone, READS, SegmentRef,
+    Batches, DROP_SEGMENT, DROP_TABLE, EMPTY_POOL, PRUNE_SEGMENTS, PruneSegments, PutShard,
+    PutShardDone, READS, SegmentRef,
 };
 use crate::worker::WorkerReads;
 
@@ -142,6 +143,13 @@ pub async fn drop_table(worker: &str, table_id: &str) -> Result<bool> {
 pub async fn drop_segment(worker: &str, segment: &SegmentRef) -> Result<bool> {
     let body = serde_json::to_vec(segment).map_err(|e| failed(worker, DROP_SEGMENT, e))?;
     Ok(action(worker, DROP_SEGMENT, body).await? == b"true")
+}
+
+/// Removes the segments of a shard on `worker` but those `prune` keeps; their names.
+pub async fn prune_segments(worker: &str, prune: &PruneSegments) -> Result<Vec<String>> {
+    let body = serde_json::to_vec(prune).map_err(|e| failed(worker, PRUNE_SEGMENTS, e))?;
+    let answer = action(worker, PRUNE_SEGMENTS, body).await?;
+    serde_json::from_slice(&answer).map_err(|e| failed(worker, PRUNE_SEGMENTS, e))
 }
 
 /// `worker`'s read counters.

@@ -62,6 +62,7 @@ impl ShardedInsertSink {
     async fn append(&self, data: SendableRecordBatchStream) -> Result<u64> {
         let _lock = write_lock(&self.dir).await?;
         let map = ShardMap::read(&self.dir)?;
+        prune_uncommitted(&map).await;
         let sink = ShardedSink::for_map(
             self.dir.clone(),
             &map,
@@ -166,6 +167,37 @@ async fn write_lock(dir: &std::path::Path) -> Result<std::fs::File> {
         .await
         .map_err(|e| DataFusionError::Execution(e.to_string()))?
         .map_err(|e| DataFusionError::Execution(format!("lock {}: {e}", dir.display())))
+}
+
+/// Removes the segments no shard map names from every shard: those of inserts that never
+/// committed (a coordinator that died mid-insert). Under the table's write lock no insert
+/// is in flight; no query reads them. Failures are only logged: the insert goes on.
+async fn prune_uncommitted(map: &ShardMap) {
+    for entry in &map.shards {
+        let prune = crate::service::PruneSegments {
+            table_id: map.table_id.clone(),
+            shard: entry.shard,
+            keep: entry
+                .segments
+                .iter()
+                .filter(|s| s.as_str() != ".")
+                .cloned()
+                .collect(),
+        };
+        match crate::client::prune_segments(&entry.worker, &prune).await {
+            Ok(removed) if !removed.is_empty() => log::info!(
+                "ooode: removed uncommitted segments {removed:?} of shard {} of {}",
+                entry.shard,
+                map.table_id
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!(
+                "ooode: uncommitted segments of shard {} of {}: {e}",
+                entry.shard,
+                map.table_id
+            ),
+        }
+    }
 }
 
 /// Removes segment `segment` from the shards `which` selects; what could not be removed.

@@ -34,6 +34,21 @@ pub const EMPTY_POOL: &str = "ooode.empty_pool";
 /// Action that removes a segment no shard map names (body: a [`SegmentRef`] as JSON).
 pub const DROP_SEGMENT: &str = "ooode.drop_segment";
 
+/// Action that removes a shard's segments no shard map names, but those listed (body: a
+/// [`PruneSegments`] as JSON); answers the names removed, as JSON.
+pub const PRUNE_SEGMENTS: &str = "ooode.prune_segments";
+
+/// The segments of a shard to keep; any other segment of it goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PruneSegments {
+    /// The table's directory name in the data directory.
+    pub table_id: String,
+    /// The shard.
+    pub shard: u32,
+    /// The segments its shard map names.
+    pub keep: Vec<String>,
+}
+
 /// A segment of a shard.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SegmentRef {
@@ -242,6 +257,12 @@ impl FlightService for ShardService {
                 let dropped = self.shards.drop_segment(&segment).map_err(status)?;
                 dropped.to_string().into_bytes()
             }
+            PRUNE_SEGMENTS => {
+                let prune: PruneSegments = serde_json::from_slice(&action.body)
+                    .map_err(|e| Status::invalid_argument(format!("a prune: {e}")))?;
+                let removed = self.shards.prune_segments(&prune).map_err(status)?;
+                serde_json::to_vec(&removed).map_err(|e| Status::internal(e.to_string()))?
+            }
             READS => serde_json::to_vec(&self.shards.reads())
                 .map_err(|e| Status::internal(e.to_string()))?,
             EMPTY_POOL => {
@@ -263,6 +284,7 @@ impl FlightService for ShardService {
         let actions = [
             (DROP_TABLE, "remove a table's shards from this worker"),
             (DROP_SEGMENT, "remove a segment no shard map names"),
+            (PRUNE_SEGMENTS, "remove a shard's segments but those listed"),
             (READS, "this worker's page read counters"),
             (EMPTY_POOL, "empty this worker's buffer pool"),
         ]

@@ -151,6 +151,31 @@ impl LocalShards {
         remove_table_dir(&dir)
     }
 
+    /// Removes the segments of a shard that `prune` does not keep (those of inserts that
+    /// never committed); their names.
+    pub fn prune_segments(&self, prune: &crate::service::PruneSegments) -> Result<Vec<String>> {
+        let shard = self.shard_dir(&prune.table_id, prune.shard);
+        if !valid_table_id(&prune.table_id) || !shard.is_dir() {
+            return Ok(Vec::new());
+        }
+        let entries = std::fs::read_dir(&shard)
+            .map_err(|e| DataFusionError::Execution(format!("list {}: {e}", shard.display())))?;
+        let mut removed = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_segment =
+                name.starts_with(ooode::storage::segments::SEGMENT_PREFIX) && entry.path().is_dir();
+            if !is_segment || prune.keep.contains(&name) {
+                continue;
+            }
+            let dir = self.segment_dir(&prune.table_id, prune.shard, &name)?;
+            if remove_table_dir(&dir)? {
+                removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+
     /// Whether this worker holds the shard.
     pub fn holds(&self, table_id: &str, shard: u32) -> bool {
         valid_table_id(table_id)
