@@ -307,17 +307,19 @@ async fn tpch_sharded_on_three_workers_returns_what_one_node_returns() {
             .join("\n");
         assert!(explain.contains(kind), "q{n}: {explain}");
     }
-    // An inner join on two keys looks up by one and checks the other on the pairs found
-    // (Q9: partsupp by ps_partkey, ps_suppkey = l_suppkey checked); its rows were compared
-    // with one node's above.
-    let explain = rows(&ctx, &format!("EXPLAIN {}", query(9)))
-        .await
-        .join("\n");
-    let lookup_under_filter = explain
-        .lines()
-        .zip(explain.lines().skip(1))
-        .any(|(a, b)| a.contains("FilterExec") && b.contains("ShardLookupJoinExec: Inner"));
-    assert!(lookup_under_filter, "q9: {explain}");
+    // A join on two keys or with a filter looks up by one key and checks the rest on the
+    // pairs found: Q9's inner join with partsupp (ps_suppkey = l_suppkey checked), Q21's
+    // semi and anti joins with lineitem (l_suppkey <> l_suppkey checked); their rows were
+    // compared with one node's above.
+    for (n, kind) in [(9, "Inner"), (21, "Semi"), (21, "Anti")] {
+        let explain = rows(&ctx, &format!("EXPLAIN {}", query(n)))
+            .await
+            .join("\n");
+        let conditioned = explain.lines().any(|l| {
+            l.contains(&format!("ShardLookupJoinExec: {kind}")) && l.contains("condition=")
+        });
+        assert!(conditioned, "q{n} {kind}: {explain}");
+    }
     run(&ctx, "SET ooode.index_join = 'auto'").await;
 
     // A one-node ooode table of the coordinator answers alone, and joined with sharded

@@ -9,6 +9,7 @@ use datafusion::common::{DataFusionError, Result, not_impl_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use prost::Message;
 
 use crate::lookup::{LookupJoin, LookupKind, ShardLookupJoinExec};
 use crate::node_codec::{self, INDEX_JOIN, INDEX_SCAN, NodeDecoder, OOODE_SCAN};
@@ -17,6 +18,9 @@ use crate::worker::LocalShards;
 
 const SHARD_SCAN: u8 = 1;
 const SHARD_LOOKUP_JOIN: u8 = 2;
+/// A lookup join with a condition on its pairs: the five numbers, the condition's length
+/// (`u32`) and protobuf bytes, then the inner scan.
+const SHARD_LOOKUP_JOIN_IF: u8 = 6;
 
 /// The codec; on a worker it binds decoded scans to the worker's own shards.
 #[derive(Debug, Clone, Default)]
@@ -57,15 +61,31 @@ impl PhysicalExtensionCodec for OoodeCodec {
                 ShardScanSpec::decode(spec)?,
                 self.local.clone(),
             )?)),
-            Some((&SHARD_LOOKUP_JOIN, rest)) => {
+            Some((&tag, rest)) if tag == SHARD_LOOKUP_JOIN || tag == SHARD_LOOKUP_JOIN_IF => {
                 let [outer] = inputs else {
                     return Err(DataFusionError::Execution(format!(
                         "a shard lookup join has one input, not {}",
                         inputs.len()
                     )));
                 };
-                let ([outer_key, inner_key, inner_key_output, fanout, kind], spec) =
+                let ([outer_key, inner_key, inner_key_output, fanout, kind], rest) =
                     decode_lookup(rest)?;
+                let (condition, spec) = match tag {
+                    SHARD_LOOKUP_JOIN_IF => {
+                        let cut = || {
+                            DataFusionError::Execution(
+                                "a shard lookup join's condition is cut short".into(),
+                            )
+                        };
+                        let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(cut)?;
+                        let len = u32::from_le_bytes(*len) as usize;
+                        if rest.len() < len {
+                            return Err(cut());
+                        }
+                        (Some(&rest[..len]), &rest[len..])
+                    }
+                    _ => (None, rest),
+                };
                 let join = LookupJoin {
                     inner: ShardScanSpec::decode(spec)?,
                     outer_key: outer_key as usize,
@@ -84,11 +104,26 @@ impl PhysicalExtensionCodec for OoodeCodec {
                         }
                     },
                 };
-                Ok(Arc::new(ShardLookupJoinExec::try_new(
-                    outer.clone(),
-                    join,
-                    self.local.clone(),
-                )?))
+                let node = ShardLookupJoinExec::try_new(outer.clone(), join, self.local.clone())?;
+                let condition = match condition {
+                    Some(bytes) => {
+                        let proto = datafusion_proto::protobuf::PhysicalExprNode::decode(bytes)
+                            .map_err(|e| {
+                                DataFusionError::Execution(format!(
+                                    "a shard lookup join's condition: {e}"
+                                ))
+                            })?;
+                        Some(proto_converter.proto_to_physical_expr(
+                            &proto,
+                            &node.pair_schema(),
+                            &datafusion_proto::physical_plan::PhysicalPlanDecodeContext::new(
+                                ctx, self,
+                            ),
+                        )?)
+                    }
+                    None => None,
+                };
+                Ok(Arc::new(node.with_condition(condition)))
             }
             Some((tag, _)) => Err(DataFusionError::Execution(format!(
                 "unknown ooode plan node (tag {tag}): coordinator and worker run different \
@@ -116,7 +151,10 @@ impl PhysicalExtensionCodec for OoodeCodec {
         }
         if let Some(join) = node.downcast_ref::<ShardLookupJoinExec>() {
             let j = join.join();
-            buf.push(SHARD_LOOKUP_JOIN);
+            buf.push(match join.condition() {
+                Some(_) => SHARD_LOOKUP_JOIN_IF,
+                None => SHARD_LOOKUP_JOIN,
+            });
             let numbers = [
                 j.outer_key as u64,
                 j.inner_key as u64,
@@ -130,6 +168,16 @@ impl PhysicalExtensionCodec for OoodeCodec {
             };
             for n in numbers.into_iter().chain([j.fanout.to_bits(), kind]) {
                 buf.extend(n.to_le_bytes());
+            }
+            if let Some(condition) = join.condition() {
+                let bytes = proto_converter
+                    .physical_expr_to_proto(condition, self)?
+                    .encode_to_vec();
+                let len = u32::try_from(bytes.len()).map_err(|_| {
+                    DataFusionError::Execution("a lookup join's condition over 4 GiB".into())
+                })?;
+                buf.extend(len.to_le_bytes());
+                buf.extend(bytes);
             }
             buf.extend(j.inner.encode()?);
             return Ok(());
@@ -269,6 +317,30 @@ mod tests {
             );
             assert_eq!(text(&back), text(&node));
             assert_eq!(back.schema(), node.schema());
+
+            // With a condition on its pairs (outer columns, then the inner ones).
+            use datafusion::logical_expr::Operator;
+            use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+            let condition: Arc<dyn datafusion::physical_expr::PhysicalExpr> =
+                Arc::new(BinaryExpr::new(
+                    Arc::new(Column::new("fk", 1)),
+                    Operator::NotEq,
+                    Arc::new(Column::new("k", 3)),
+                ));
+            let node: Arc<dyn ExecutionPlan> = Arc::new(
+                ShardLookupJoinExec::try_new(outer.clone(), join.clone(), None)
+                    .unwrap()
+                    .with_condition(Some(condition)),
+            );
+            let back = round_trip(node.clone(), std::slice::from_ref(&outer));
+            let back_join = back.downcast_ref::<ShardLookupJoinExec>().unwrap();
+            assert_eq!(back_join.join(), &join);
+            assert!(
+                text(&back).contains("condition=fk@1 != k@3"),
+                "{}",
+                text(&back)
+            );
+            assert_eq!(text(&back), text(&node));
         }
     }
 

@@ -99,6 +99,9 @@ impl LookupJoin {
 pub struct ShardLookupJoinExec {
     outer: Arc<dyn ExecutionPlan>,
     join: LookupJoin,
+    /// What a pair (outer row, inner row of its key) must also satisfy to match, over the
+    /// outer columns then the inner ones.
+    condition: Option<Arc<dyn PhysicalExpr>>,
     inner_schema: SchemaRef,
     schema: SchemaRef,
     local: Option<Arc<LocalShards>>,
@@ -177,12 +180,39 @@ impl ShardLookupJoinExec {
         Ok(Self {
             outer,
             join,
+            condition: None,
             inner_schema,
             schema,
             local,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// The same join, whose pairs match only where `condition` (over the outer columns,
+    /// then the inner ones) holds too.
+    pub fn with_condition(mut self, condition: Option<Arc<dyn PhysicalExpr>>) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// What a pair must also satisfy, if anything.
+    pub fn condition(&self) -> Option<&Arc<dyn PhysicalExpr>> {
+        self.condition.as_ref()
+    }
+
+    /// The schema of the pairs a condition is evaluated on: the outer columns, then the
+    /// inner ones.
+    pub fn pair_schema(&self) -> SchemaRef {
+        let fields: Vec<Arc<Field>> = self
+            .outer
+            .schema()
+            .fields()
+            .iter()
+            .chain(self.inner_schema.fields().iter())
+            .cloned()
+            .collect();
+        Arc::new(Schema::new(fields))
     }
 
     /// The join.
@@ -224,6 +254,9 @@ impl DisplayAs for ShardLookupJoinExec {
         if let Some(filter) = &inner.filter_text {
             write!(f, ", inner filter={filter}")?;
         }
+        if let Some(condition) = &self.condition {
+            write!(f, ", condition={condition}")?;
+        }
         Ok(())
     }
 }
@@ -243,9 +276,12 @@ impl ExecutionPlan for ShardLookupJoinExec {
 
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
+        match &self.condition {
+            Some(c) => f(c),
+            None => Ok(TreeNodeRecursion::Continue),
+        }
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -275,11 +311,10 @@ impl ExecutionPlan for ShardLookupJoinExec {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self::try_new(
-            children.remove(0),
-            self.join.clone(),
-            self.local.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::try_new(children.remove(0), self.join.clone(), self.local.clone())?
+                .with_condition(self.condition.clone()),
+        ))
     }
 
     fn execute(
@@ -289,6 +324,7 @@ impl ExecutionPlan for ShardLookupJoinExec {
     ) -> Result<SendableRecordBatchStream> {
         let outer = self.outer.execute(partition, context.clone())?;
         let lookups = Arc::new(Lookups {
+            condition: self.condition.clone().map(|c| (c, self.pair_schema())),
             join: self.join.clone(),
             inner_schema: self.inner_schema.clone(),
             schema: self.schema.clone(),
@@ -323,6 +359,8 @@ impl ExecutionPlan for ShardLookupJoinExec {
 /// What every batch's lookups need.
 struct Lookups {
     join: LookupJoin,
+    /// A pair's condition and the schema of the pairs it reads.
+    condition: Option<(Arc<dyn PhysicalExpr>, SchemaRef)>,
     inner_schema: SchemaRef,
     schema: SchemaRef,
     local: Option<Arc<LocalShards>>,
@@ -364,16 +402,55 @@ impl Lookups {
         for j in 0..inner.num_rows() {
             by_key.entry(inner_rows.row(j)).or_default().push(j as u32);
         }
+        // Every outer row's candidates (its key's inner rows), kept where the condition holds.
+        let (mut pair_outer, mut pair_inner) = (Vec::new(), Vec::new());
+        for i in 0..outer.num_rows() {
+            if !key.is_valid(i) {
+                continue;
+            }
+            for &j in by_key
+                .get(&outer_rows.row(i))
+                .map_or(&[][..], |m| m.as_slice())
+            {
+                pair_outer.push(i as u32);
+                pair_inner.push(j);
+            }
+        }
+        if let Some((condition, pair_schema)) = &self.condition {
+            let (po, pi) = (UInt32Array::from(pair_outer), UInt32Array::from(pair_inner));
+            let columns = outer
+                .columns()
+                .iter()
+                .map(|c| take(c, &po, None))
+                .chain(inner.columns().iter().map(|c| take(c, &pi, None)))
+                .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+            let pairs = RecordBatch::try_new_with_options(
+                pair_schema.clone(),
+                columns,
+                &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                    .with_row_count(Some(po.len())),
+            )?;
+            let holds = condition.evaluate(&pairs)?.into_array(pairs.num_rows())?;
+            let holds =
+                datafusion::arrow::array::AsArray::as_boolean_opt(&holds).ok_or_else(|| {
+                    DataFusionError::Execution("a lookup join's condition is not boolean".into())
+                })?;
+            let kept: Vec<usize> = (0..po.len())
+                .filter(|&p| datafusion::arrow::array::Array::is_valid(holds, p) && holds.value(p))
+                .collect();
+            pair_outer = kept.iter().map(|&p| po.value(p)).collect();
+            pair_inner = kept.iter().map(|&p| pi.value(p)).collect();
+        }
         // Output rows as (outer row, inner row or none for a padded / semi / anti row).
         let kind = self.join.kind;
         let (mut outer_idx, mut inner_idx) = (Vec::new(), Vec::<Option<u32>>::new());
+        let mut next_pair = 0;
         for i in 0..outer.num_rows() {
-            let matches = match key.is_valid(i) {
-                true => by_key
-                    .get(&outer_rows.row(i))
-                    .map_or(&[][..], |m| m.as_slice()),
-                false => &[],
-            };
+            let first = next_pair;
+            while next_pair < pair_outer.len() && pair_outer[next_pair] == i as u32 {
+                next_pair += 1;
+            }
+            let matches = &pair_inner[first..next_pair];
             match kind {
                 LookupKind::Inner | LookupKind::LeftOuter => {
                     for &j in matches {

@@ -1,9 +1,9 @@
 //! `ShardLookupRule`: a hash join whose one side reads a sharded table through an index's
 //! leading column becomes a [`ShardLookupJoinExec`] where lookups win: inner joins (either
-//! side), and outer, semi and anti joins whose preserved side is the other one. An inner
-//! join may have more key pairs and a filter: the lookups use one key, and the other
-//! equalities and the filter are checked on the pairs they return. Outer, semi and anti
-//! joins with a condition beyond the key equality stay hash joins.
+//! side), and outer, semi and anti joins whose preserved side is the other one. A join may
+//! have more key pairs and a filter: the lookups use one key, and the other equalities and
+//! the filter are checked on the pairs they return (before an outer, semi or anti join
+//! decides which outer rows found a match).
 //!
 //! It runs on the coordinator right after ooode's own index rule, before DataFusion adds
 //! repartitions, and only changes plans: the replaced join's key, output columns and order
@@ -197,7 +197,7 @@ fn fanout(inner: &Arc<dyn ExecutionPlan>, table_col: usize, table_rows: u64) -> 
     (table_rows as f64 / distinct.max(1.0)).max(1.0)
 }
 
-/// The conditions of inner join `join` beyond its key pair `used`, over the lookup join's
+/// The conditions of `join` beyond its key pair `used`, over the lookup join's
 /// output (the outer side's columns, then the inner side's): the other key equalities and
 /// the join filter. None: there are none.
 fn residual(
@@ -262,11 +262,9 @@ fn lookup_join(
     join: &HashJoinExec,
     config: &OoodeConfig,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    // Conditions beyond one key are checked on the pairs found: right for inner joins only
-    // (an outer, semi or anti join's unmatched rows depend on them).
-    let more = join.filter.is_some() || join.on.len() != 1;
-    if (more && join.join_type != JoinType::Inner)
-        || join.on.is_empty()
+    // Conditions beyond one key are checked on the pairs found, before an outer, semi or
+    // anti join decides which outer rows have a match.
+    if join.on.is_empty()
         || join.null_aware
         || join.null_equality != NullEquality::NullEqualsNothing
         || join.fetch().is_some()
@@ -374,11 +372,10 @@ fn lookup_join(
     let Some((_, inner_side, kind, outer, lookup, pair)) = best else {
         return Ok(None);
     };
-    let node: Arc<dyn ExecutionPlan> = Arc::new(ShardLookupJoinExec::try_new(outer, lookup, None)?);
-    let node = match residual(join, pair, inner_side)? {
-        Some(predicate) => Arc::new(FilterExec::try_new(predicate, node)?) as _,
-        None => node,
-    };
+    let node: Arc<dyn ExecutionPlan> = Arc::new(
+        ShardLookupJoinExec::try_new(outer, lookup, None)?
+            .with_condition(residual(join, pair, inner_side)?),
+    );
     let kind = match kind {
         LookupKind::Inner => IndexJoinKind::Inner,
         LookupKind::Semi => IndexJoinKind::Semi,
