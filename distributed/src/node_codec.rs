@@ -210,16 +210,9 @@ fn unframe<'a, H: for<'de> Deserialize<'de>>(
     Ok((header, blobs.to_vec()))
 }
 
-/// The settings a node's reads follow: the coordinator's, but for the buffer pool and disk
-/// cache, which are the worker's own (its process, its memory, its disk).
+/// The settings a node's reads follow: its query's (see [`crate::table::shipped_settings`]).
 fn settings_of(query: &QueryIo) -> Vec<(String, String)> {
-    query
-        .config()
-        .entries()
-        .into_iter()
-        .filter(|e| !e.key.contains("buffer_pool") && !e.key.contains("disk_cache"))
-        .filter_map(|e| Some((e.key, e.value?)))
-        .collect()
+    crate::table::shipped_settings(query.config())
 }
 
 fn config_from(settings: &[(String, String)]) -> Result<OoodeConfig> {

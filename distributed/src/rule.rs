@@ -24,7 +24,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue, internal_err};
 use datafusion::logical_expr::Operator;
@@ -128,25 +127,16 @@ fn shard_read(plan: &Arc<dyn ExecutionPlan>) -> Option<ShardScanSpec> {
     Some(spec)
 }
 
-/// The estimated distinct values of column `column` of `plan`'s output.
-fn distinct_values(plan: &Arc<dyn ExecutionPlan>, column: usize) -> Option<usize> {
-    let stats = StatisticsContext::new()
-        .compute(plan.as_ref(), &StatisticsArgs::new())
-        .ok()?;
-    match stats.column_statistics.get(column)?.distinct_count {
-        Precision::Exact(n) | Precision::Inexact(n) => Some(n),
-        Precision::Absent => None,
-    }
-}
-
-fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
-    let stats = StatisticsContext::new()
-        .compute(plan.as_ref(), &StatisticsArgs::new())
-        .ok()?;
-    match stats.num_rows {
-        Precision::Exact(n) | Precision::Inexact(n) => Some(n),
-        Precision::Absent => None,
-    }
+/// The estimated rows of `plan`'s output and the distinct values of its column `column`.
+fn estimated_rows(plan: &Arc<dyn ExecutionPlan>, column: usize) -> (Option<usize>, Option<usize>) {
+    let Ok(stats) = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()) else {
+        return (None, None);
+    };
+    let distinct = stats
+        .column_statistics
+        .get(column)
+        .and_then(|c| c.distinct_count.get_value().copied());
+    (stats.num_rows.get_value().copied(), distinct)
 }
 
 /// Inner rows per distinct key: the table's rows over the key's distinct values (known, or
@@ -317,12 +307,10 @@ fn lookup_join(
         if !spec.lookup_columns.contains(&table_col) {
             continue;
         }
-        let outer_rows = estimated_rows(outer_plan);
+        let (outer_rows, outer_distinct) = estimated_rows(outer_plan, outer_col.index());
         // The lookups send each batch's distinct keys: no more keys than the outer key has
         // values.
-        let outer_keys = outer_rows.map(|rows| {
-            distinct_values(outer_plan, outer_col.index()).map_or(rows, |d| d.min(rows))
-        });
+        let outer_keys = outer_rows.map(|rows| outer_distinct.map_or(rows, |d| d.min(rows)));
         let fanout = fanout(inner_plan, table_col, spec.table_rows);
         // Pages the lookups would read on the workers (a key's rows are neighbours when the
         // key leads the clustering key: about one page; otherwise about one page per row)

@@ -113,10 +113,9 @@ fn unqualified(e: Expr) -> Result<Expr> {
     .data()
 }
 
-/// The session's `ooode.*` settings that a query's reads follow. The buffer pool and disk
-/// cache are the worker's own (its process, its memory, its disk).
-fn query_settings(state: &dyn Session) -> Vec<(String, String)> {
-    let config = ooode_providers::provider::ooode_config(state);
+/// The `ooode.*` settings of `config` that a query's reads on a worker follow. The buffer
+/// pool and disk cache are the worker's own (its process, its memory, its disk).
+pub(crate) fn shipped_settings(config: &ooode::config::OoodeConfig) -> Vec<(String, String)> {
     config
         .entries()
         .into_iter()
@@ -171,7 +170,7 @@ impl TableProvider for ShardedTable {
                 .map(|b| b.to_vec()),
             filter_text: filter.as_ref().map(|f| f.to_string()),
             limit,
-            settings: query_settings(state),
+            settings: shipped_settings(&ooode_providers::provider::ooode_config(state)),
             filters_pushed: filters.len(),
             filters_shipped,
             lookup_columns: map.lookup_columns(),
