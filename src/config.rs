@@ -183,6 +183,9 @@ pub struct OoodeConfig {
     pub remote_index_cost_ratio: f64,
     /// Full scans read the table's Parquet copy instead of its heap pages.
     pub columnar_scan: bool,
+    /// Index scans and index joins that need only an index's key columns read them from
+    /// its leaves, not the heap.
+    pub index_only_scans: bool,
     /// Read with O_DIRECT (bypassing the OS page cache).
     pub direct_io: bool,
     /// Buffer pool size in bytes (0: a quarter of physical memory).
@@ -232,6 +235,7 @@ impl Default for OoodeConfig {
             // indexes; 0.01 and 0.02 put both on scans, 0.1 still split them.
             remote_index_cost_ratio: 0.05,
             columnar_scan: true,
+            index_only_scans: true,
             direct_io: true,
             buffer_pool_bytes: 0,
             buffer_pool_memory_fraction: 0.5,
@@ -351,6 +355,16 @@ const SETTINGS: &[Setting] = &[
         show: |c| c.columnar_scan.to_string(),
         set: |c, v| {
             c.columnar_scan = parse_bool(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: "index_only_scans",
+        description: "Index scans and index joins that need only an index's key columns read \
+                      them from its leaves, not the heap",
+        show: |c| c.index_only_scans.to_string(),
+        set: |c, v| {
+            c.index_only_scans = parse_bool(v)?;
             Ok(())
         },
     },

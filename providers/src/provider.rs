@@ -474,7 +474,7 @@ impl OoodeTable {
         let scan = match predicate {
             Some(predicate) => {
                 let io = scan.io_metrics().clone();
-                let reads = plan_reads(&table, &predicate, config, io, &query).await?;
+                let reads = plan_reads(&table, &predicate, projection, config, io, &query).await?;
                 scan.with_plan_reads(reads)
             }
             None => scan,

@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod index_only;
 pub mod merge;
 pub mod plan_time;
 pub mod remote;

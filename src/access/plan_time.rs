@@ -107,12 +107,14 @@ pub fn count_ranges_now(
 }
 
 /// The estimate of an index scan over `ranges` ranges of index `index_no` whose
-/// [`counted_ranges`] hold `entries` entries.
+/// [`counted_ranges`] hold `entries` entries; `covering`: it reads the index's leaves only
+/// (an index-only scan, see [`crate::access::index_only`]).
 pub fn estimate_from_counts(
     io: &TableIo,
     index_no: usize,
     ranges: usize,
     entries: u64,
+    covering: bool,
 ) -> ScanEstimate {
     let table = io.table();
     let Some(index) = table.indexes().get(index_no) else {
@@ -133,6 +135,15 @@ pub fn estimate_from_counts(
             rows: (pages * rows_per_page) as usize,
             pages: pages as usize + descents,
         }
+    } else if covering {
+        // The leaves the ranges span: the first of each range, then the entries' share.
+        let tree = &index.meta.tree;
+        let per_leaf = tree.entries as f64 / tree.leaf_pages.max(1) as f64;
+        let leaves = (entries / per_leaf.max(1.0)).ceil() as usize;
+        ScanEstimate {
+            rows: entries as usize,
+            pages: leaves + descents,
+        }
     } else {
         let pages = entries.min(io.heap_pages() as f64);
         ScanEstimate {
@@ -149,6 +160,8 @@ pub struct IndexRanges {
     pub index: usize,
     /// Key ranges of that index.
     pub ranges: Vec<KeyRange>,
+    /// The index's keys hold every column the scan reads: it reads no heap page.
+    pub covering: bool,
 }
 
 /// The counts of a table's candidate index scans, one per candidate (None: the count failed,
@@ -245,8 +258,13 @@ impl PlanCounts {
             .iter()
             .zip(counts.iter())
             .filter_map(|(scan, entries)| {
-                let estimate =
-                    estimate_from_counts(table, scan.index, scan.ranges.len(), (*entries)?);
+                let estimate = estimate_from_counts(
+                    table,
+                    scan.index,
+                    scan.ranges.len(),
+                    (*entries)?,
+                    scan.covering,
+                );
                 Some((estimate, scan.clone()))
             })
             .min_by_key(|(estimate, _)| estimate.pages)
@@ -311,7 +329,8 @@ pub fn read_ahead(
     Some(ReadAhead(runtime.spawn(crate::io::batch::Batched(task))))
 }
 
-/// The lookups and heap page reads of `scan`, into the pool, without decoding.
+/// The lookups and heap page reads of `scan` (its leaves only, when it covers its columns),
+/// into the pool, without decoding.
 async fn read_pages(table: Arc<TableIo>, scan: IndexRanges, ctx: StepCtx) -> Result<()> {
     let mut lookups = futures::stream::select_all(
         scan.ranges
@@ -322,7 +341,11 @@ async fn read_pages(table: Arc<TableIo>, scan: IndexRanges, ctx: StepCtx) -> Res
     loop {
         tokio::select! {
             Some(ids) = lookups.next() => {
-                for (page_no, _) in group_by_page(&ids?) {
+                let ids = ids?;
+                if scan.covering {
+                    continue;
+                }
+                for (page_no, _) in group_by_page(&ids) {
                     let (table, ctx) = (table.clone(), ctx.clone());
                     reads.push(async move { heap_page(&table, page_no, &ctx).await.map(drop) });
                 }

@@ -27,7 +27,8 @@ use super::budget::QueryIo;
 use super::table_io::{Counters, TableIo};
 use crate::io::{IoMetrics, PageBuf};
 use crate::storage::StorageError;
-use crate::storage::btree::{CountCursor, KeyRange, RangeCursor, RowId};
+use crate::storage::btree::{CountCursor, KeyRange, LeafSink, RangeCursor, RowId};
+use crate::storage::key_decode::{KeyDecoder, KeyRows};
 use crate::storage::manifest::IndexMeta;
 
 /// Converts a storage error into a DataFusion error, once, at the boundary.
@@ -154,13 +155,38 @@ fn index_meta(table: &TableIo, part: usize, index: usize) -> Result<&IndexMeta> 
         .ok_or_else(|| no_index(index))
 }
 
-/// Row ids (or heap page row ids) of segment `part` as the table's: its pages follow the
-/// pages of the segments before it.
-fn shift(ids: &mut [u64], table: &TableIo, part: usize) {
-    let base = table.heap_base(part) << 16;
-    if base > 0 {
-        ids.iter_mut().for_each(|id| *id += base);
+/// What a walk of an index collects from its leaves: row ids, or the keys decoded.
+pub trait Found: LeafSink + Send + 'static {
+    /// Entries collected.
+    fn len(&self) -> usize;
+    /// True when none was.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
+    /// Makes the row ids from entry `from` on, found in segment `part`, the table's: its
+    /// pages follow the pages of the segments before it.
+    fn shift_from(&mut self, from: usize, table: &TableIo, part: usize);
+}
+
+impl Found for Vec<u64> {
+    fn len(&self) -> usize {
+        self.len()
+    }
+
+    fn shift_from(&mut self, from: usize, table: &TableIo, part: usize) {
+        let base = table.heap_base(part) << 16;
+        if base > 0 {
+            self[from..].iter_mut().for_each(|id| *id += base);
+        }
+    }
+}
+
+impl Found for KeyRows {
+    fn len(&self) -> usize {
+        self.len()
+    }
+
+    fn shift_from(&mut self, _: usize, _: &TableIo, _: usize) {}
 }
 
 /// The row ids (or heap page row ids, for a sparse index) of the keys in `range` of the
@@ -172,6 +198,28 @@ pub fn lookup_leaves(
     range: KeyRange,
     ctx: StepCtx,
 ) -> impl Stream<Item = Result<Vec<u64>>> + Send + 'static {
+    walk_leaves(table, index, range, ctx, Vec::new)
+}
+
+/// The keys in `range` of the `index`-th index of `table`, decoded by `decoder`, one leaf at
+/// a time, as [`lookup_leaves`] finds row ids: an index-only scan reads no heap page.
+pub fn lookup_keys(
+    table: Arc<TableIo>,
+    index: usize,
+    range: KeyRange,
+    ctx: StepCtx,
+    decoder: Arc<KeyDecoder>,
+) -> impl Stream<Item = Result<KeyRows>> + Send + 'static {
+    walk_leaves(table, index, range, ctx, move || decoder.rows())
+}
+
+fn walk_leaves<T: Found>(
+    table: Arc<TableIo>,
+    index: usize,
+    range: KeyRange,
+    ctx: StepCtx,
+    empty: impl Fn() -> T + Clone + Send + Sync + 'static,
+) -> impl Stream<Item = Result<T>> + Send + 'static {
     let walks: Vec<_> = (0..table.segments())
         .map(|part| {
             futures::StreamExt::boxed(part_leaves(
@@ -180,43 +228,44 @@ pub fn lookup_leaves(
                 index,
                 range.clone(),
                 ctx.clone(),
+                empty.clone(),
             ))
         })
         .collect();
     futures::stream::select_all(walks)
 }
 
-fn part_leaves(
+fn part_leaves<T: Found>(
     table: Arc<TableIo>,
     part: usize,
     index: usize,
     range: KeyRange,
     ctx: StepCtx,
-) -> impl Stream<Item = Result<Vec<u64>>> + Send + 'static {
+    empty: impl Fn() -> T + Send + Sync + 'static,
+) -> impl Stream<Item = Result<T>> + Send + 'static {
     // TableIo verifies every page once, when it is read; the walk need not again.
     let cursor = index_meta(&table, part, index)
         .map(|m| RangeCursor::new(&m.tree, range, m.is_sparse()).with_verified_pages());
-    futures::stream::try_unfold(
-        (table, Some(cursor), ctx),
-        move |(table, cursor, ctx)| async move {
+    futures::stream::try_unfold((table, Some(cursor), ctx), move |(table, cursor, ctx)| {
+        let mut out = empty();
+        async move {
             let Some(cursor) = cursor else {
                 return Ok(None);
             };
             let mut cursor = cursor?;
-            let mut out = Vec::new();
             while let Some(page_no) = cursor.next_page() {
                 let page = index_page(&table, part, index, page_no, &ctx).await?;
                 cursor
                     .feed(&page, index_file(&table, part, index, page_no)?, &mut out)
                     .map_err(to_df)?;
                 if !out.is_empty() {
-                    shift(&mut out, &table, part);
+                    out.shift_from(0, &table, part);
                     return Ok(Some((out, (table, Some(Ok(cursor)), ctx))));
                 }
             }
             Ok(None)
-        },
-    )
+        }
+    })
 }
 
 /// The values [`lookup_leaves`] would find, gathered at once without a read or an await,
@@ -230,28 +279,50 @@ pub fn lookup_cached(
     counters: &Counters,
     max: usize,
 ) -> Result<Option<Vec<u64>>> {
-    let mut out = Vec::new();
+    lookup_cached_into(table, index, range, counters, max, Vec::new())
+}
+
+/// The keys [`lookup_keys`] would find, decoded at once when [`lookup_cached`] would find
+/// their row ids at once.
+pub fn lookup_cached_keys(
+    table: &TableIo,
+    index: usize,
+    range: KeyRange,
+    counters: &Counters,
+    max: usize,
+    decoder: &Arc<KeyDecoder>,
+) -> Result<Option<KeyRows>> {
+    lookup_cached_into(table, index, range, counters, max, decoder.rows())
+}
+
+fn lookup_cached_into<T: Found>(
+    table: &TableIo,
+    index: usize,
+    range: KeyRange,
+    counters: &Counters,
+    max: usize,
+    mut out: T,
+) -> Result<Option<T>> {
     let mut visited = 0;
     let quiet = Counters::default();
     for part in 0..table.segments() {
         let meta = index_meta(table, part, index)?;
         let mut cursor =
             RangeCursor::new(&meta.tree, range.clone(), meta.is_sparse()).with_verified_pages();
-        let mut found = Vec::new();
+        let start = out.len();
         while let Some(page_no) = cursor.next_page() {
             let Some(page) = table.cached_index_page(part, index, page_no, &quiet) else {
                 return Ok(None);
             };
             visited += 1;
             cursor
-                .feed(&page, index_file(table, part, index, page_no)?, &mut found)
+                .feed(&page, index_file(table, part, index, page_no)?, &mut out)
                 .map_err(to_df)?;
-            if out.len() + found.len() > max {
+            if out.len() > max {
                 return Ok(None);
             }
         }
-        shift(&mut found, table, part);
-        out.append(&mut found);
+        out.shift_from(start, table, part);
     }
     (0..visited).for_each(|_| counters.hit());
     Ok(Some(out))

@@ -27,7 +27,8 @@ pub fn scan_pages(io: &TableIo) -> f64 {
 }
 
 /// Estimated rows and page reads of an index scan over `ranges` of the `index_no`-th index,
-/// from exact counts: made while the table's scan was planned (`counted`), else read now
+/// from exact counts (`covering`: the scan reads the index's leaves only): made while the
+/// table's scan was planned (`counted`), else read now
 /// through the query's engine, blocking (see
 /// [`crate::access::plan_time::count_ranges_now`]), counted in `node_io`.
 pub fn index_scan_estimate(
@@ -37,6 +38,7 @@ pub fn index_scan_estimate(
     counted: &PlanCounts,
     query: &Arc<QueryIo>,
     node_io: Arc<IoMetrics>,
+    covering: bool,
 ) -> ScanEstimate {
     let table = io.table();
     let Some(index) = table.indexes().get(index_no) else {
@@ -52,11 +54,17 @@ pub fn index_scan_estimate(
         None => count_ranges_now(io, index_no, ranges, query, node_io).ok(),
     };
     let entries = entries.unwrap_or(index.meta.tree.entries);
-    estimate_from_counts(io, index_no, ranges.len(), entries)
+    estimate_from_counts(io, index_no, ranges.len(), entries, covering)
 }
 
-/// Estimated rows found and page reads per probe of `index` with a key of `key_len` columns.
-pub fn probe_estimate(table: &Table, index: &IndexHandle, key_len: usize) -> (f64, f64) {
+/// Estimated rows found and page reads per probe of `index` with a key of `key_len` columns
+/// (`covering`: probes read the index's leaves only).
+pub fn probe_estimate(
+    table: &Table,
+    index: &IndexHandle,
+    key_len: usize,
+    covering: bool,
+) -> (f64, f64) {
     let m = table.manifest();
     let tree = &index.meta.tree;
     let rows_per_page = m.row_count as f64 / m.heap_pages.max(1) as f64;
@@ -74,6 +82,10 @@ pub fn probe_estimate(table: &Table, index: &IndexHandle, key_len: usize) -> (f6
     if index.meta.is_sparse() {
         // Clustered: the rows of one key are next to each other.
         (rows, 1.0 + (rows / rows_per_page).ceil())
+    } else if covering {
+        // A leaf, and now and then the next one: a key's entries are next to each other.
+        let per_leaf = tree.entries as f64 / tree.leaf_pages.max(1) as f64;
+        (rows, 1.0 + rows / per_leaf.max(1.0))
     } else {
         // A leaf, then one heap page per row (rows of a key are scattered).
         (rows, 1.0 + rows)

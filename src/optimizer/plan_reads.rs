@@ -8,19 +8,21 @@ use datafusion::common::Result;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::ranges::index_candidates;
+use crate::access::index_only::covers;
 use crate::access::plan_time::{IndexRanges, PlanCounts, PlanReads, read_ahead};
 use crate::access::{QueryIo, TableIo};
 use crate::config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 use crate::io::IoMetrics;
 
 /// Starts counting what the index scans of `table` filtered by `predicate` (over the
-/// table's columns) would read, for the index rule to find, and out of order a task that
+/// table's columns) and reading `columns` would read, for the index rule to find, and out of order a task that
 /// reads ahead the smallest if it is small; the read-ahead's reads count in `io` under
 /// `query`'s budget. In order the counts are made here (the engine's reads block anyway, and
 /// nothing reads ahead). Nothing with `index_join = 'never'` or when no index fits.
 pub async fn plan_reads(
     table: &Arc<TableIo>,
     predicate: &Arc<dyn PhysicalExpr>,
+    columns: &[usize],
     config: &OoodeConfig,
     io: Arc<IoMetrics>,
     query: &Arc<QueryIo>,
@@ -31,6 +33,7 @@ pub async fn plan_reads(
     let candidates: Vec<IndexRanges> = index_candidates(table.table(), predicate, Some)?
         .into_iter()
         .map(|c| IndexRanges {
+            covering: config.index_only_scans && covers(table.table(), c.index, columns),
             index: c.index,
             ranges: c.ranges,
         })

@@ -31,6 +31,7 @@ use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use super::cost::{index_scan_estimate, probe_estimate, scan_pages};
 use super::ranges::{IndexCandidate, describe, index_candidates};
 use crate::access::admission::LEVELS;
+use crate::access::index_only::covers;
 use crate::access::{QueryIo, ScanEstimate, TableIo};
 use crate::config::{IndexJoinMode, OoodeConfig};
 use crate::exec::{IndexJoinExec, IndexJoinKind, IndexScanExec, InnerSide, OoodeScanExec};
@@ -186,6 +187,8 @@ impl Planner<'_> {
         let best = candidates
             .into_iter()
             .map(|c| {
+                let covering =
+                    self.config.index_only_scans && covers(table, c.index, scan.projection());
                 let estimate = index_scan_estimate(
                     scan.table(),
                     c.index,
@@ -193,6 +196,7 @@ impl Planner<'_> {
                     scan.plan_counts(),
                     &self.query,
                     self.plan_io.clone(),
+                    covering,
                 );
                 (estimate, c)
             })
@@ -313,7 +317,11 @@ impl Planner<'_> {
                 continue;
             };
             if pairs.iter().all(|p| lead.contains(&p.0)) {
-                let (rows, pages) = probe_estimate(table, idx, k);
+                // The columns the inner side decodes: the scan's, and the key's.
+                let mut needed = read.read_columns.clone();
+                needed.extend(&lead);
+                let covering = self.config.index_only_scans && covers(table, i, &needed);
+                let (rows, pages) = probe_estimate(table, idx, k, covering);
                 if choice
                     .as_ref()
                     .is_none_or(|c: &(usize, Vec<_>, f64, f64)| pages < c.3)

@@ -20,6 +20,7 @@ pub mod columnar_sums;
 pub mod error;
 pub mod heap;
 pub mod key;
+pub mod key_decode;
 pub mod loader;
 pub mod manifest;
 pub mod page;

@@ -192,9 +192,11 @@ pub fn ensure_dataset(data: &DataSet, force: bool) -> Result<Vec<TableLoadReport
     .progress_chars("=> ");
     let mut reports = Vec::new();
     for t in &TABLES {
+        // A table loaded with another index set (an older definition) is loaded again.
         let done = data.ooode_table(t.name).join("manifest.json").exists()
             && data.parquet_file(t.name).exists()
-            && Table::open(data.ooode_table(t.name)).is_ok();
+            && Table::open(data.ooode_table(t.name))
+                .is_ok_and(|table| indexes_as_defined(&table, t));
         if done && !force {
             continue;
         }
@@ -213,6 +215,21 @@ pub fn ensure_dataset(data: &DataSet, force: bool) -> Result<Vec<TableLoadReport
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// Whether `table`'s secondary indexes are those `def` names, in its order.
+fn indexes_as_defined(table: &Table, def: &TpchTable) -> bool {
+    let loaded: Vec<&[String]> = table
+        .indexes()
+        .iter()
+        .filter(|i| !i.meta.is_sparse())
+        .map(|i| i.meta.columns.as_slice())
+        .collect();
+    loaded.len() == def.indexes.len()
+        && loaded
+            .iter()
+            .zip(def.indexes)
+            .all(|(have, want)| have.iter().map(String::as_str).eq(want.iter().copied()))
 }
 
 /// The file keeping each table's load report beside the data, for later reports.

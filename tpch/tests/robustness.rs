@@ -126,20 +126,25 @@ async fn concurrent_queries_cancellation_and_faults() {
         want[0]
     );
 
-    // A damaged heap page of a second copy of orders: the join reading it fails, naming the
-    // file and page; queries on the intact copy still run.
+    // Damaged pages of a second copy of orders (its heap, and the index the first query
+    // reads index-only): the join reading them fails, naming the file and page; queries on
+    // the intact copy still run.
     let bad = load(&dir.path().join("bad"));
-    let heap = bad.ooode_table("orders").join("heap.0.pages");
-    let mut bytes = std::fs::read(&heap).unwrap();
-    for page in 0..bytes.len() / 8192 {
-        bytes[page * 8192 + 4000] ^= 0x55;
+    for file in ["heap.0.pages", "index_o_custkey_o_orderkey.0.pages"] {
+        let path = bad.ooode_table("orders").join(file);
+        let mut bytes = std::fs::read(&path).unwrap();
+        for page in 0..bytes.len() / 8192 {
+            bytes[page * 8192 + 4000] ^= 0x55;
+        }
+        std::fs::write(&path, bytes).unwrap();
     }
-    std::fs::write(&heap, bytes).unwrap();
     let c = session(&bad).await;
     let (broken, intact) = tokio::join!(run_sql(&c, QUERIES[0]), run_sql(&a, QUERIES[0]));
     let err = broken.unwrap_err().to_string();
     assert!(
-        err.contains("heap.0.pages") && err.contains("corrupted page") && err.contains("checksum"),
+        err.contains("index_o_custkey_o_orderkey.0.pages")
+            && err.contains("corrupted page")
+            && err.contains("checksum"),
         "{err}"
     );
     assert_eq!(sorted_rows(&intact.unwrap()).unwrap(), want[0]);

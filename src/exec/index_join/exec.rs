@@ -27,6 +27,7 @@ use datafusion::execution::memory_pool::MemoryConsumer;
 
 use super::output::OutputSpec;
 use super::stream::{JoinWork, Limits, run};
+use crate::access::index_only::IndexColumns;
 use crate::access::steps::Columns;
 use crate::access::{QueryIo, StepCtx, TableIo, to_df};
 use crate::exec::ONE_PIPELINE_ROWS;
@@ -73,6 +74,9 @@ pub struct InnerSide {
     pub output: Option<Vec<usize>>,
     /// Schema of the inner rows the join sees.
     pub output_schema: SchemaRef,
+    /// Set when the index's keys hold every column decoded: probes can then read leaves only
+    /// (when `ooode.index_only_scans` is on).
+    pub keys: Option<Arc<IndexColumns>>,
 }
 
 impl InnerSide {
@@ -122,10 +126,13 @@ impl InnerSide {
             Some(cols) => read_schema.project(cols)?,
             None => read_schema,
         });
+        let decode_columns = Columns::new(&table, decode_columns)?;
+        let keys = IndexColumns::new(&table, index, &decode_columns)?.map(Arc::new);
         Ok(Self {
             sparse: meta.is_sparse(),
             read_positions: (0..read_columns.len()).collect(),
-            decode_columns: Columns::new(&table, decode_columns)?,
+            decode_columns,
+            keys,
             table,
             name: name.into(),
             index,
@@ -151,6 +158,8 @@ pub struct IndexJoinExec {
     schema: SchemaRef,
     estimated_rows: Option<usize>,
     query: Arc<QueryIo>,
+    /// Probes read the index's leaves only (see [`InnerSide::keys`]).
+    index_only: bool,
     level: usize,
     io: Arc<IoMetrics>,
     metrics: ExecutionPlanMetricsSet,
@@ -265,6 +274,7 @@ impl IndexJoinExec {
             .with_scheduling_type(SchedulingType::Cooperative),
         );
         Ok(Self {
+            index_only: inner.keys.is_some() && query.config().index_only_scans,
             outer,
             outer_keys,
             inner,
@@ -288,6 +298,11 @@ impl IndexJoinExec {
             level,
             ..self.clone()
         }
+    }
+
+    /// Whether its probes read the index's leaves only.
+    pub fn is_index_only(&self) -> bool {
+        self.index_only
     }
 
     /// Its priority within its query.
@@ -343,12 +358,13 @@ impl DisplayAs for IndexJoinExec {
         if let DisplayFormatType::TreeRender = t {
             return write!(
                 f,
-                "kind={:?}\nouter_keys={}\ninner={}\nindex={}({})\nmode={}",
+                "kind={:?}\nouter_keys={}\ninner={}\nindex={}({}){}\nmode={}",
                 self.kind,
                 keys.join(", "),
                 self.inner.name,
                 meta.name,
                 meta.columns[..self.inner.encoder.columns()].join(", "),
+                if self.index_only { "\nindex_only" } else { "" },
                 self.query.mode
             );
         }
@@ -361,6 +377,9 @@ impl DisplayAs for IndexJoinExec {
             meta.name,
             meta.columns[..self.inner.encoder.columns()].join(", "),
         )?;
+        if self.index_only {
+            write!(f, ", index_only")?;
+        }
         if let Some(p) = &self.inner.predicate {
             write!(f, ", inner_predicate={p}")?;
         }
@@ -448,6 +467,7 @@ impl ExecutionPlan for IndexJoinExec {
             outer,
             outer_keys: self.outer_keys.clone(),
             inner: self.inner.clone(),
+            keys: self.index_only.then(|| self.inner.keys.clone()).flatten(),
             output: OutputSpec {
                 kind: self.kind,
                 schema: self.schema.clone(),

@@ -38,13 +38,16 @@ use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
 use super::output::{Gather, OutputSpec, compact_views};
+use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    StepCtx, decode_rows, group_by_page, heap_page, lookup_cached, lookup_leaves,
+    StepCtx, decode_rows, group_by_page, heap_page, lookup_cached, lookup_cached_keys, lookup_keys,
+    lookup_leaves,
 };
 use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
 use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
+use crate::storage::key_decode::KeyRows;
 
 /// How much one partition of the join may have open at once.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +67,8 @@ pub struct JoinWork {
     pub outer: SendableRecordBatchStream,
     pub outer_keys: Vec<Arc<dyn PhysicalExpr>>,
     pub inner: Arc<InnerSide>,
+    /// The inner side's columns from the index's keys: probes read leaves only.
+    pub keys: Option<Arc<IndexColumns>>,
     pub output: OutputSpec,
     pub steps: StepCtx,
     pub node: NodeMetrics,
@@ -72,6 +77,13 @@ pub struct JoinWork {
 }
 
 type Leaves = BoxStream<'static, Result<Vec<u64>>>;
+type KeyLeaves = BoxStream<'static, Result<KeyRows>>;
+
+/// A probe's walk, parked between leaves.
+enum Walk {
+    Ids(Leaves),
+    Keys(KeyLeaves),
+}
 
 /// Most values a probe gathers without a walk of its own (see `lookup_cached`): a key with
 /// more streams a leaf at a time.
@@ -80,6 +92,8 @@ const CACHED_LOOKUP_VALUES: usize = 256;
 enum Job {
     /// The next leaf of a probe's walk (None: the walk is over).
     Leaf(u64, (Option<Result<Vec<u64>>>, Leaves)),
+    /// The same for an index-only probe: the leaf's keys, decoded.
+    Keys(u64, (Option<Result<KeyRows>>, KeyLeaves)),
     /// A heap page's rows (the inner side's columns), for every probe waiting for it.
     Page(u64, Result<RecordBatch>),
 }
@@ -122,6 +136,7 @@ enum Work {
 struct Join {
     spec: OutputSpec,
     inner: Arc<InnerSide>,
+    keys: Option<Arc<IndexColumns>>,
     steps: StepCtx,
     limits: Limits,
     memory: MemoryReservation,
@@ -132,7 +147,7 @@ struct Join {
     /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
     /// several probes need is read and decoded once.
     pages: HashMap<u64, Vec<(u64, Vec<u16>)>>,
-    parked: VecDeque<(u64, Leaves)>,
+    parked: VecDeque<(u64, Walk)>,
     out: VecDeque<Work>,
     out_bytes: usize,
     /// Rows the queued work will make (pairs counted as rows): a full batch waits for no
@@ -147,6 +162,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         mut outer,
         outer_keys,
         inner,
+        keys,
         output,
         steps,
         node,
@@ -156,6 +172,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
     let mut join = Join {
         spec: output,
         inner,
+        keys,
         steps,
         limits,
         memory,
@@ -268,14 +285,6 @@ impl Join {
             let id = self.id();
             let range = KeyRange::prefix(key.clone());
             let key: Arc<[u8]> = key.into();
-            // Index nodes all cached: the probe's pages at once, no walk to wait for.
-            let found = lookup_cached(
-                &self.inner.table,
-                self.inner.index,
-                range.clone(),
-                self.steps.counters(),
-                CACHED_LOOKUP_VALUES,
-            )?;
             let matched = self.spec.tracks_matches().then(|| vec![false; rows.len()]);
             self.probes.insert(
                 id,
@@ -288,6 +297,18 @@ impl Join {
                     settled: false,
                 },
             );
+            if let Some(keys) = self.keys.clone() {
+                self.start_keys(id, range, &keys)?;
+                continue;
+            }
+            // Index nodes all cached: the probe's pages at once, no walk to wait for.
+            let found = lookup_cached(
+                &self.inner.table,
+                self.inner.index,
+                range.clone(),
+                self.steps.counters(),
+                CACHED_LOOKUP_VALUES,
+            )?;
             // Within the window of page fetches; beyond it the walk waits its turn.
             let found = found.filter(|ids| self.pages.len() + ids.len() <= self.limits.max_fetches);
             match found {
@@ -304,11 +325,67 @@ impl Join {
                         self.steps.clone(),
                     )
                     .boxed();
-                    self.parked.push_back((id, leaves));
+                    self.parked.push_back((id, Walk::Ids(leaves)));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Starts an index-only probe: its keys at once when the index nodes are all cached,
+    /// else a walk.
+    fn start_keys(&mut self, id: u64, range: KeyRange, keys: &Arc<IndexColumns>) -> Result<()> {
+        let found = lookup_cached_keys(
+            &self.inner.table,
+            self.inner.index,
+            range.clone(),
+            self.steps.counters(),
+            CACHED_LOOKUP_VALUES,
+            keys.decoder(),
+        )?;
+        match found {
+            Some(rows) => {
+                self.add_keys(id, rows)?;
+                self.release(id); // the walk is over
+            }
+            None => {
+                let leaves = lookup_keys(
+                    self.inner.table.clone(),
+                    self.inner.index,
+                    range,
+                    self.steps.clone(),
+                    keys.decoder().clone(),
+                )
+                .boxed();
+                self.parked.push_back((id, Walk::Keys(leaves)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows of an index-only probe, read from a leaf's keys: all of them the probe's (a
+    /// dense index's prefix range holds the key's entries only), those passing the inner
+    /// predicate kept.
+    fn add_keys(&mut self, probe: u64, rows: KeyRows) -> Result<()> {
+        let Some(keys) = &self.keys else {
+            return Ok(());
+        };
+        let Some(p) = self.probes.get_mut(&probe) else {
+            return Ok(());
+        };
+        if p.settled || rows.is_empty() {
+            return Ok(());
+        }
+        p.pending += 1;
+        let decoded = keys.batch(rows)?;
+        let page = self.inner.page_view(&decoded)?;
+        let found: Vec<u32> = match &page.passes {
+            Some(mask) => (0..decoded.num_rows() as u32)
+                .filter(|&r| mask.value(r as usize))
+                .collect(),
+            None => (0..decoded.num_rows() as u32).collect(),
+        };
+        self.add_rows(probe, &page.rows, found)
     }
 
     fn id(&mut self) -> u64 {
@@ -317,17 +394,21 @@ impl Join {
     }
 
     /// Walks a probe's next leaf (or ends a probe whose answer is known).
-    fn resume(&mut self, probe: u64, leaves: Leaves) {
+    fn resume(&mut self, probe: u64, walk: Walk) {
         if self.probes.get(&probe).is_some_and(|p| p.settled) {
             self.release(probe);
             return;
         }
-        self.jobs.push(
-            leaves
+        self.jobs.push(match walk {
+            Walk::Ids(leaves) => leaves
                 .into_future()
                 .map(move |next| Job::Leaf(probe, next))
                 .boxed(),
-        );
+            Walk::Keys(leaves) => leaves
+                .into_future()
+                .map(move |next| Job::Keys(probe, next))
+                .boxed(),
+        });
     }
 
     fn done(&mut self, job: Job) -> Result<()> {
@@ -339,7 +420,13 @@ impl Join {
                 if !settled {
                     self.fetch_pages(probe, &ids);
                 }
-                self.parked.push_back((probe, leaves));
+                self.parked.push_back((probe, Walk::Ids(leaves)));
+            }
+            Job::Keys(probe, (None, _)) => self.release(probe),
+            Job::Keys(_, (Some(Err(e)), _)) => return Err(e),
+            Job::Keys(probe, (Some(Ok(rows)), leaves)) => {
+                self.add_keys(probe, rows)?;
+                self.parked.push_back((probe, Walk::Keys(leaves)));
             }
             Job::Page(page_no, rows) => {
                 let decoded = rows?;

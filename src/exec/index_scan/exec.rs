@@ -22,7 +22,9 @@ use datafusion::physical_plan::{
 };
 
 use super::stream::{Pages, ScanWork, run};
+use crate::access::index_only::IndexColumns;
 use crate::access::plan_time::{ReadAhead, ScanEstimate};
+use crate::access::steps::Columns;
 use crate::access::{QueryIo, StepCtx, TableIo};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::metrics::{NodeMetrics, Published};
@@ -48,6 +50,9 @@ pub struct IndexScanExec {
     /// A read-ahead of this scan's pages started while it was planned; it stops when the last
     /// copy of the plan holding it is dropped.
     read_ahead: Option<Arc<ReadAhead>>,
+    /// Set when the index's keys hold every column read (and `ooode.index_only_scans` is
+    /// on): the scan reads leaves only.
+    index_only: Option<Arc<IndexColumns>>,
     metrics: ExecutionPlanMetricsSet,
     /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
     node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
@@ -144,6 +149,15 @@ impl IndexScanBuilder {
             .with_evaluation_type(EvaluationType::Eager)
             .with_scheduling_type(SchedulingType::Cooperative),
         );
+        let index_only = match self.query.config().index_only_scans {
+            true => IndexColumns::new(
+                &self.table,
+                self.index,
+                &Columns::new(&self.table, read_columns.clone())?,
+            )?
+            .map(Arc::new),
+            false => None,
+        };
         let name = self.name.unwrap_or_else(|| {
             t.dir()
                 .file_name()
@@ -171,6 +185,7 @@ impl IndexScanBuilder {
             level: 0,
             io: self.io.unwrap_or_default(),
             read_ahead: self.read_ahead,
+            index_only,
             metrics: ExecutionPlanMetricsSet::new(),
             node_metrics: Default::default(),
             properties,
@@ -214,6 +229,11 @@ impl IndexScanExec {
     /// The read-ahead of this scan's pages started while it was planned, if any.
     pub fn read_ahead(&self) -> Option<&Arc<ReadAhead>> {
         self.read_ahead.as_ref()
+    }
+
+    /// Whether it reads the index's leaves only (its keys hold every column read).
+    pub fn is_index_only(&self) -> bool {
+        self.index_only.is_some()
     }
 
     /// Its priority within its query.
@@ -289,20 +309,30 @@ impl DisplayAs for IndexScanExec {
         if let DisplayFormatType::TreeRender = t {
             return write!(
                 f,
-                "table={}\nindex={}({})\nranges={}\nmode={}",
+                "table={}\nindex={}({}){}\nranges={}\nmode={}",
                 self.name,
                 idx.name,
                 idx.columns.join(", "),
+                if self.is_index_only() {
+                    "\nindex_only"
+                } else {
+                    ""
+                },
                 self.ranges_text,
                 self.query.mode
             );
         }
         write!(
             f,
-            "IndexScanExec: table={}, index={}({}), ranges={}, predicate={}, mode={}",
+            "IndexScanExec: table={}, index={}({}){}, ranges={}, predicate={}, mode={}",
             self.name,
             idx.name,
             idx.columns.join(", "),
+            if self.is_index_only() {
+                ", index_only"
+            } else {
+                ""
+            },
             self.ranges_text,
             self.predicate,
             self.query.mode
@@ -365,6 +395,7 @@ impl ExecutionPlan for IndexScanExec {
                 index: self.index,
                 sparse: self.table.table().indexes()[self.index].meta.is_sparse(),
                 ranges: self.ranges.clone(),
+                keys: self.index_only.clone(),
             },
             read_columns: self.read_columns.clone(),
             predicate: Some(self.predicate.clone()),

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!   one walk per key range ──(B+tree pages, a leaf of row ids at a time)──> page groups
-//!   (a heap scan: its page range)
+//!   (a heap scan: its page range; an index-only scan: each leaf's keys decoded, filtered,
+//!    queued: no heap page)
 //!        └─> one fetch job per heap page ──(page read, permit held until decoded)──>
 //!            decode the rows, apply the residual predicate ──> queued ──> batch out
 //! ```
@@ -26,11 +27,13 @@ use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
+use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Columns, StepCtx, decode_rows, group_by_page, heap_page, lookup_leaves,
+    Columns, StepCtx, decode_rows, group_by_page, heap_page, lookup_keys, lookup_leaves,
 };
 use crate::access::{TableIo, Turn};
 use crate::storage::btree::KeyRange;
+use crate::storage::key_decode::KeyRows;
 
 /// Which heap pages a scan reads.
 pub enum Pages {
@@ -42,6 +45,8 @@ pub enum Pages {
         sparse: bool,
         /// The key ranges.
         ranges: Vec<KeyRange>,
+        /// The columns read, when the index's keys hold them all (an index-only scan).
+        keys: Option<Arc<IndexColumns>>,
     },
     /// Every row of a range of heap pages.
     Range(std::ops::Range<u64>),
@@ -63,9 +68,26 @@ pub struct ScanWork {
 }
 
 type Leaves = BoxStream<'static, Result<Vec<u64>>>;
+type KeyLeaves = BoxStream<'static, Result<KeyRows>>;
+
+/// A walk of one key range, parked between leaves.
+enum Walk {
+    Ids(Leaves),
+    Keys(KeyLeaves),
+}
+
+impl Walk {
+    fn next_leaf(self) -> BoxFuture<'static, Job> {
+        match self {
+            Walk::Ids(leaves) => leaves.into_future().map(Job::Leaf).boxed(),
+            Walk::Keys(leaves) => leaves.into_future().map(Job::Keys).boxed(),
+        }
+    }
+}
 
 enum Job {
     Leaf((Option<Result<Vec<u64>>>, Leaves)),
+    Keys((Option<Result<KeyRows>>, KeyLeaves)),
     Rows(Result<RecordBatch>),
 }
 
@@ -91,16 +113,25 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         output,
     });
     let mut jobs: FuturesUnordered<BoxFuture<'static, Job>> = FuturesUnordered::new();
-    let mut parked: VecDeque<Leaves> = VecDeque::new();
+    let mut parked: VecDeque<Walk> = VecDeque::new();
+    let mut from_keys = None;
     let (mut page_range, sparse) = match pages {
         Pages::Index {
             index,
             sparse,
             ranges,
+            keys,
         } => {
             for range in ranges {
-                parked.push_back(lookup_leaves(table.clone(), index, range, steps.clone()).boxed());
+                let (table, steps) = (table.clone(), steps.clone());
+                parked.push_back(match &keys {
+                    Some(k) => Walk::Keys(
+                        lookup_keys(table, index, range, steps, k.decoder().clone()).boxed(),
+                    ),
+                    None => Walk::Ids(lookup_leaves(table, index, range, steps).boxed()),
+                });
             }
+            from_keys = keys;
             (0..0, sparse)
         }
         Pages::Range(r) => (r, true),
@@ -140,8 +171,8 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
             if let Some(page_no) = page_range.next() {
                 jobs.push(fetch(page_no, None));
                 fetches += 1;
-            } else if let Some(leaves) = parked.pop_front() {
-                jobs.push(leaves.into_future().map(Job::Leaf).boxed());
+            } else if let Some(walk) = parked.pop_front() {
+                jobs.push(walk.next_leaf());
             } else {
                 break;
             }
@@ -167,7 +198,18 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
                         jobs.push(fetch(page_no, (!sparse).then_some(slots)));
                         fetches += 1;
                     }
-                    parked.push_back(leaves);
+                    parked.push_back(Walk::Ids(leaves));
+                }
+                Job::Keys((None, _)) => {}
+                Job::Keys((Some(keys), leaves)) => {
+                    let decoded = from_keys.as_ref().map(|k| k.batch(keys?));
+                    if let Some(rows) = decoded {
+                        let rows = rows_of.kept(rows?)?;
+                        if rows.num_rows() > 0 {
+                            out.push(rows)?;
+                        }
+                    }
+                    parked.push_back(Walk::Keys(leaves));
                 }
                 Job::Rows(rows) => {
                     fetches -= 1;
@@ -255,7 +297,17 @@ impl RowsOf {
         page: &crate::io::PageBuf,
         slots: Option<&[u16]>,
     ) -> Result<RecordBatch> {
-        let rows = decode_rows(&self.table, page_no, page, &self.read_columns, slots)?;
+        self.kept(decode_rows(
+            &self.table,
+            page_no,
+            page,
+            &self.read_columns,
+            slots,
+        )?)
+    }
+
+    /// The rows of `rows` (the columns read) the predicate keeps, projected to the output.
+    fn kept(&self, rows: RecordBatch) -> Result<RecordBatch> {
         let rows = match &self.predicate {
             Some(p) => batch_filter(&rows, p)?,
             None => rows,

@@ -213,8 +213,9 @@ impl RangeCursor {
         }
     }
 
-    /// Feeds the page asked for by [`next_page`](Self::next_page); appends found values to `out`.
-    pub fn feed(&mut self, page: &[u8], file: &Path, out: &mut Vec<u64>) -> Result<()> {
+    /// Feeds the page asked for by [`next_page`](Self::next_page); hands the entries found to
+    /// `out`.
+    pub fn feed<S: LeafSink>(&mut self, page: &[u8], file: &Path, out: &mut S) -> Result<()> {
         match &mut self.state {
             ScanState::Descend(d) => {
                 let page_no = d.page;
@@ -239,19 +240,36 @@ impl RangeCursor {
     }
 }
 
-fn scan_leaf(
+/// Where a range search puts the entries it finds.
+pub trait LeafSink {
+    /// One entry in range; an error says what is wrong with its key (the page is damaged).
+    fn entry(&mut self, key: &[u8], value: u64) -> std::result::Result<(), String>;
+}
+
+/// Values (row ids) only.
+impl LeafSink for Vec<u64> {
+    fn entry(&mut self, _key: &[u8], value: u64) -> std::result::Result<(), String> {
+        self.push(value);
+        Ok(())
+    }
+}
+
+fn scan_leaf<S: LeafSink>(
     range: &KeyRange,
     node: &NodeRef<'_>,
     start: usize,
     page_no: u64,
     file: &Path,
-    out: &mut Vec<u64>,
+    out: &mut S,
 ) -> Result<ScanState> {
     for i in start..node.len() {
-        if !range.below_upper(node.key(i)) {
+        let key = node.key(i);
+        if !range.below_upper(key) {
             return Ok(ScanState::Done);
         }
-        out.push(node.value(i));
+        out.entry(key, node.value(i)).map_err(|why| {
+            StorageError::corrupted(file, Some(page_no), format!("index key: {why}"))
+        })?;
     }
     match node.next_leaf() {
         NO_PAGE => Ok(ScanState::Done),
