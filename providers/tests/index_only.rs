@@ -86,6 +86,24 @@ async fn index_only_plans_answer_as_the_heap_does_and_read_no_heap_page() {
     )
     .await
     .unwrap();
+    // A composite index keeps its first column's distinct values (statistics for joins).
+    let table = ooode::storage::Table::open(&path).unwrap();
+    let by_k = table
+        .indexes()
+        .iter()
+        .find(|i| i.meta.columns == ["k", "id"])
+        .unwrap();
+    let distinct = sql(
+        &ctx,
+        "SELECT count(DISTINCT k) + 1 AS n FROM src WHERE id <= 4000",
+    )
+    .await
+    .unwrap();
+    assert!(
+        distinct.contains(&format!("| {} ", by_k.meta.distinct_first)),
+        "{} distinct (NULL counted) vs {distinct}",
+        by_k.meta.distinct_first
+    );
     // A second segment: index-only reads walk both trees.
     sql(&ctx, "INSERT INTO t SELECT * FROM src WHERE id > 4000")
         .await

@@ -144,53 +144,24 @@ impl KeyRows {
     pub fn push(&mut self, key: &[u8]) -> std::result::Result<(), String> {
         let mut at = 0;
         for (col, layout) in self.decoder.layouts.iter().enumerate() {
-            let marker = *key
-                .get(at)
-                .ok_or_else(|| format!("key ends before column {col}"))?;
-            at += 1;
-            let builder = self.builders[col].as_mut();
-            match marker {
-                0 => {
-                    if let Some(b) = builder {
-                        b.append_null();
-                    }
-                    continue;
-                }
-                1 => {}
-                other => return Err(format!("column {col} has null marker {other:#x}")),
-            }
-            let take = |n: usize| {
-                key.get(at..at + n)
-                    .ok_or_else(|| format!("key ends inside column {col}"))
-            };
-            match *layout {
-                Layout::Bool => {
-                    let v = take(1)?[0];
-                    if v > 1 {
-                        return Err(format!("column {col} is a boolean of value {v}"));
-                    }
-                    at += 1;
-                    if let Some(b) = builder {
-                        b.append_bool(v == 1);
-                    }
-                }
-                Layout::Signed(n) | Layout::Unsigned(n) | Layout::Float(n) | Layout::Raw(n) => {
-                    let bytes = take(n)?;
-                    at += n;
-                    if let Some(b) = builder {
-                        b.append_fixed(*layout, bytes)?;
-                    }
-                }
-                Layout::Escaped => {
-                    self.scratch.clear();
-                    at += unescape(&key[at..], &mut self.scratch)
-                        .map_err(|why| format!("column {col}: {why}"))?;
-                    if let Some(b) = builder {
+            let end = column_end(*layout, key, at, col)?;
+            if let Some(b) = self.builders[col].as_mut() {
+                // `column_end` checked the marker, the length and the escapes.
+                let value = &key[at + 1..end];
+                match (key[at], *layout) {
+                    (0, _) => b.append_null(),
+                    (_, Layout::Bool) => b.append_bool(value[0] == 1),
+                    (_, Layout::Escaped) => {
+                        self.scratch.clear();
+                        unescape(value, &mut self.scratch)
+                            .map_err(|why| format!("column {col}: {why}"))?;
                         b.append_bytes(&self.scratch)
                             .map_err(|why| format!("column {col}: {why}"))?;
                     }
+                    (_, fixed) => b.append_fixed(fixed, value)?,
                 }
             }
+            at = end;
         }
         if self.decoder.whole_key && at != key.len() {
             return Err(format!(
@@ -223,27 +194,68 @@ impl super::btree::LeafSink for KeyRows {
     }
 }
 
-/// Reads an escaped byte string from the start of `bytes` into `out`; returns the bytes used
-/// (terminator included).
-fn unescape(bytes: &[u8], out: &mut Vec<u8>) -> std::result::Result<usize, &'static str> {
-    let mut i = 0;
-    loop {
-        match bytes.get(i) {
-            None => return Err("unterminated string"),
-            Some(0) => match bytes.get(i + 1) {
-                Some(0) => return Ok(i + 2),
-                Some(0xFF) => {
-                    out.push(0);
-                    i += 2;
+/// Where key column `col` (laid out as `layout`, starting at `at` with its null marker) ends;
+/// an error says what is wrong with its bytes.
+fn column_end(
+    layout: Layout,
+    key: &[u8],
+    at: usize,
+    col: usize,
+) -> std::result::Result<usize, String> {
+    let value = at + 1;
+    match key.get(at) {
+        None => return Err(format!("key ends before column {col}")),
+        Some(0) => return Ok(value),
+        Some(1) => {}
+        Some(other) => return Err(format!("column {col} has null marker {other:#x}")),
+    }
+    let fixed = |n: usize| match key.len() >= value + n {
+        true => Ok(value + n),
+        false => Err(format!("key ends inside column {col}")),
+    };
+    match layout {
+        Layout::Bool => {
+            let end = fixed(1)?;
+            match key[value] {
+                0 | 1 => Ok(end),
+                v => Err(format!("column {col} is a boolean of value {v}")),
+            }
+        }
+        Layout::Signed(n) | Layout::Unsigned(n) | Layout::Float(n) | Layout::Raw(n) => fixed(n),
+        Layout::Escaped => {
+            let mut i = value;
+            loop {
+                match key.get(i) {
+                    None => return Err(format!("column {col}: unterminated string")),
+                    Some(0) => match key.get(i + 1) {
+                        Some(0) => return Ok(i + 2),
+                        Some(0xFF) => i += 2,
+                        _ => return Err(format!("column {col}: bad escape in string")),
+                    },
+                    Some(_) => i += 1,
                 }
-                _ => return Err("bad escape in string"),
-            },
-            Some(&b) => {
-                out.push(b);
-                i += 1;
             }
         }
     }
+}
+
+/// Bytes of the first column's encoding at the start of `key`, a key over columns whose first
+/// is of type `first`: keys sharing them share that column's value.
+pub fn first_column_len(first: &DataType, key: &[u8]) -> std::result::Result<usize, String> {
+    column_end(layout(first), key, 0, 0)
+}
+
+/// The bytes of an escaped string `value` (terminator included, escapes checked) into `out`.
+fn unescape(value: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), &'static str> {
+    let body = value.strip_suffix(&[0, 0]).ok_or("unterminated string")?;
+    let mut bytes = body.iter();
+    while let Some(&b) = bytes.next() {
+        out.push(b);
+        if b == 0 && bytes.next() != Some(&0xFF) {
+            return Err("bad escape in string");
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug)]
@@ -634,6 +646,23 @@ mod tests {
             5
         );
         assert!(cols[1].is_null(1));
+    }
+
+    #[test]
+    fn first_column_len_is_the_first_columns_encoding() {
+        let fields: Vec<FieldRef> = vec![
+            Arc::new(Field::new("s", DataType::Utf8, true)),
+            Arc::new(Field::new("a", DataType::Int64, true)),
+        ];
+        let s: ArrayRef = Arc::new(StringArray::from(vec![Some("x\0y"), None, Some("")]));
+        let a: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let encoder = KeyEncoder::new(&fields).unwrap();
+        let whole = encoder.encode_rows(&[s.clone(), a]).unwrap();
+        let first = encoder.encode_rows(&[s]).unwrap();
+        for (key, want) in whole.iter().zip(&first) {
+            assert_eq!(first_column_len(&DataType::Utf8, key).unwrap(), want.len());
+        }
+        assert!(first_column_len(&DataType::Int64, &[1, 0, 0]).is_err());
     }
 
     proptest! {

@@ -27,6 +27,7 @@ use super::columnar_sums::{self, BlockSums, SumsRef};
 use super::error::{Result, StorageError};
 use super::heap::{HeapCodec, HeapPacker};
 use super::key::KeyEncoder;
+use super::key_decode::first_column_len;
 use super::manifest::{IndexKind, IndexMeta, MANIFEST_FILE, Manifest};
 use super::page::{AlignedBuf, DEFAULT_PAGE_SIZE, FORMAT_VERSION, PageKind, validate_page_size};
 use super::segment::{PageSink, SegmentWriter, Striping};
@@ -593,19 +594,27 @@ impl TableWriter {
             let segment =
                 SegmentWriter::create(&format!("index_{}", idx.name), self.striping.clone())?;
             let mut tree = BTreeBuilder::new(segment, self.options.page_size);
+            // Distinct values of the first column (the statistics of a composite index's
+            // leading column): keys come sorted, so a new value starts a new prefix.
+            let first_type = self.schema.field(idx.column_ids[0]).data_type().clone();
+            let (mut distinct_first, mut last_first) = (0u64, Vec::new());
             idx.sorter.finish()?.for_each(|key, value| {
                 let row_id = u64::from_le_bytes(value.try_into().map_err(|_| {
                     StorageError::InvalidArgument("index entry payload is not a row id".into())
                 })?);
+                let first = first_column_len(&first_type, key)
+                    .map_err(|why| StorageError::InvalidArgument(format!("index key: {why}")))?;
+                if distinct_first == 0 || key[..first] != last_first[..] {
+                    distinct_first += 1;
+                    last_first.clear();
+                    last_first.extend_from_slice(&key[..first]);
+                }
                 tree.add(key, row_id)
             })?;
             let (shape, mut seg) = tree.finish()?;
             seg.finish()?;
-            let single = idx.columns.len() == 1;
             let mut meta = self.index_meta(&idx.name, idx.columns, IndexKind::Secondary, shape);
-            if single {
-                meta.distinct_first = shape.distinct_keys;
-            }
+            meta.distinct_first = distinct_first;
             indexes.push(meta);
         }
         self.heap.finish()?;

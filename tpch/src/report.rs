@@ -146,6 +146,7 @@ pub fn fig5(fig4: &Fig4Report, cache: &str) -> String {
         "ooode out_of_order",
         "ooode in_order",
         "ooode auto",
+        crate::fig4::AUTO_HEAP,
         "datafusion parquet",
     ];
     let series: Vec<Series> = engines
