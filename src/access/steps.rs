@@ -25,6 +25,7 @@ use futures::Stream;
 use super::admission::Permit;
 use super::budget::QueryIo;
 use super::table_io::{Counters, TableIo};
+use crate::config::ExecutionMode;
 use crate::io::{IoMetrics, PageBuf};
 use crate::storage::StorageError;
 use crate::storage::btree::{CountCursor, KeyRange, LeafSink, RangeCursor, RowId};
@@ -244,28 +245,105 @@ fn part_leaves<T: Found>(
     empty: impl Fn() -> T + Send + Sync + 'static,
 ) -> impl Stream<Item = Result<T>> + Send + 'static {
     // TableIo verifies every page once, when it is read; the walk need not again.
-    let cursor = index_meta(&table, part, index)
-        .map(|m| RangeCursor::new(&m.tree, range, m.is_sparse()).with_verified_pages());
-    futures::stream::try_unfold((table, Some(cursor), ctx), move |(table, cursor, ctx)| {
-        let mut out = empty();
-        async move {
-            let Some(cursor) = cursor else {
-                return Ok(None);
-            };
-            let mut cursor = cursor?;
-            while let Some(page_no) = cursor.next_page() {
-                let page = index_page(&table, part, index, page_no, &ctx).await?;
-                cursor
-                    .feed(&page, index_file(&table, part, index, page_no)?, &mut out)
-                    .map_err(to_df)?;
-                if !out.is_empty() {
-                    out.shift_from(0, &table, part);
-                    return Ok(Some((out, (table, Some(Ok(cursor)), ctx))));
+    let meta = index_meta(&table, part, index);
+    let leaf_pages = meta.as_ref().map_or(0, |m| m.tree.leaf_pages);
+    let cursor =
+        meta.map(|m| RangeCursor::new(&m.tree, range, m.is_sparse()).with_verified_pages());
+    let ahead = LeafReadAhead::new(leaf_pages);
+    futures::stream::try_unfold(
+        (table, Some(cursor), ctx, ahead),
+        move |(table, cursor, ctx, mut ahead)| {
+            let mut out = empty();
+            async move {
+                let Some(cursor) = cursor else {
+                    return Ok(None);
+                };
+                let mut cursor = cursor?;
+                while let Some(page_no) = cursor.next_page() {
+                    let page = match cursor.in_leaves() {
+                        true => ahead.page(&table, part, index, page_no, &ctx).await?,
+                        false => index_page(&table, part, index, page_no, &ctx).await?,
+                    };
+                    cursor
+                        .feed(&page, index_file(&table, part, index, page_no)?, &mut out)
+                        .map_err(to_df)?;
+                    if !out.is_empty() {
+                        out.shift_from(0, &table, part);
+                        return Ok(Some((out, (table, Some(Ok(cursor)), ctx, ahead))));
+                    }
                 }
+                Ok(None)
             }
-            Ok(None)
+        },
+    )
+}
+
+/// Most leaves a walk reads ahead.
+const LEAVES_AHEAD: u64 = 64;
+
+/// Reads ahead the leaves of a long range walk. Leaves lie in key order, each the page after
+/// the one before, so once a walk goes on to a next leaf the ones after it are read too: one
+/// more the first time, then twice as many each leaf (at most [`LEAVES_AHEAD`]), so a walk
+/// reads at most about twice the leaves it uses, and a range of many leaves costs a few
+/// dependent reads instead of one per leaf (one round trip each in object storage).
+///
+/// Each read ahead is a task of its own that puts the page in the pool, where the walk's
+/// own read finds it or joins it: a walk parked while its node's fetches are at their cap
+/// would otherwise sit on the permits of reads nobody polls. Dropping the walk aborts them.
+struct LeafReadAhead {
+    leaf_pages: u64,
+    window: u64,
+    /// Pages being read ahead, in page order.
+    reads: std::collections::VecDeque<(u64, AbortOnDrop)>,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl LeafReadAhead {
+    fn new(leaf_pages: u64) -> Self {
+        Self {
+            leaf_pages,
+            window: 1,
+            reads: Default::default(),
         }
-    })
+    }
+
+    /// Leaf `page_no`, after starting the reads of the leaves that follow it.
+    async fn page(
+        &mut self,
+        table: &Arc<TableIo>,
+        part: usize,
+        index: usize,
+        page_no: u64,
+        ctx: &StepCtx,
+    ) -> Result<PageBuf> {
+        // In order, one read at a time: the baseline reads nothing ahead.
+        let out_of_order = ctx.query().mode == ExecutionMode::OutOfOrder;
+        if let (true, Ok(runtime)) = (out_of_order, tokio::runtime::Handle::try_current()) {
+            let end = (page_no + 1 + self.window).min(self.leaf_pages);
+            let from = self.reads.back().map_or(page_no + 1, |r| r.0 + 1);
+            for next in from.max(page_no + 1)..end {
+                let (table, ctx) = (table.clone(), ctx.clone());
+                let read = runtime.spawn(async move {
+                    // An error is the walk's to report, when it reads the page itself.
+                    let _ = index_page(&table, part, index, next, &ctx).await;
+                });
+                self.reads.push_back((next, AbortOnDrop(read)));
+            }
+            self.window = (self.window * 2).min(LEAVES_AHEAD);
+        }
+        let page = index_page(table, part, index, page_no, ctx).await;
+        while self.reads.front().is_some_and(|r| r.0 <= page_no) {
+            self.reads.pop_front();
+        }
+        page
+    }
 }
 
 /// The values [`lookup_leaves`] would find, gathered at once without a read or an await,

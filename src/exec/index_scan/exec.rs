@@ -303,6 +303,59 @@ impl IndexScanExec {
     }
 }
 
+impl IndexScanExec {
+    /// Distinct counts of the output columns the indexes count (their first columns, counted
+    /// at load), for the rows the scan keeps. Without them DataFusion takes each join key's
+    /// rows as its distinct values: customer (1,566 keys) joined with their orders (14,892
+    /// rows, 1,000 customers) was estimated at 1,566 rows, and the index rule, trusting it,
+    /// looked lineitem up ten times more often than it had weighed.
+    fn add_distinct_counts(&self, stats: &mut Statistics) {
+        let table = self.table.table();
+        let total = self.table.row_count().max(1) as f64;
+        let rows = self.estimate.rows.min(self.table.row_count() as usize);
+        let scanned = table.indexes()[self.index].meta.columns.first();
+        for idx in table.indexes() {
+            let Some(first) = idx.meta.columns.first() else {
+                continue;
+            };
+            let Ok(col) = table.schema().index_of(first) else {
+                continue;
+            };
+            let distinct = (0..self.table.segments())
+                .filter_map(|part| self.table.segment(part))
+                .filter_map(|t| t.indexes().iter().find(|i| i.meta.name == idx.meta.name))
+                .map(|i| i.meta.distinct_first)
+                .max()
+                .unwrap_or(0) as f64;
+            if distinct == 0.0 {
+                continue;
+            }
+            let kept = if Some(first) == scanned {
+                // The ranges select by this column: its values in them, in proportion.
+                distinct * rows as f64 / total
+            } else {
+                // Rows drawn from `distinct` values: expected distinct ones among them.
+                distinct * (1.0 - (1.0 - 1.0 / distinct).powf(rows as f64))
+            };
+            let kept = Precision::Inexact((kept.ceil() as usize).clamp(1, rows.max(1)));
+            let positions = self
+                .read_columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c == col);
+            for (read_pos, _) in positions {
+                let out_pos = match &self.output {
+                    Some(cols) => cols.iter().position(|&c| c == read_pos),
+                    None => Some(read_pos),
+                };
+                if let Some(cs) = out_pos.and_then(|p| stats.column_statistics.get_mut(p)) {
+                    cs.distinct_count = kept;
+                }
+            }
+        }
+    }
+}
+
 impl DisplayAs for IndexScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let idx = &self.table.table().indexes()[self.index].meta;
@@ -433,6 +486,7 @@ impl ExecutionPlan for IndexScanExec {
     ) -> Result<Arc<Statistics>> {
         let mut stats = Statistics::new_unknown(&self.schema);
         stats.num_rows = Precision::Inexact(self.estimate.rows);
+        self.add_distinct_counts(&mut stats);
         Ok(Arc::new(stats))
     }
 }

@@ -204,6 +204,12 @@ impl RangeCursor {
         }
     }
 
+    /// Whether the search is past its descent, walking leaves (which lie in key order, each
+    /// the page after the one before: a walker may read ahead).
+    pub fn in_leaves(&self) -> bool {
+        matches!(self.state, ScanState::Scan { .. })
+    }
+
     /// The page to feed next, or None when the search is complete.
     pub fn next_page(&self) -> Option<u64> {
         match &self.state {
