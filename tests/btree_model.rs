@@ -6,7 +6,9 @@ use std::ops::Bound;
 use std::path::Path;
 
 use ooode::storage::Result;
-use ooode::storage::btree::{BTreeBuilder, CountCursor, KeyRange, RangeCursor, TreeShape};
+use ooode::storage::btree::{
+    BTreeBuilder, CountCursor, KeyRange, LastLeaf, RangeCursor, TreeShape,
+};
 use ooode::storage::page::PageKind;
 use ooode::storage::segment::PageSink;
 use proptest::prelude::*;
@@ -46,6 +48,29 @@ fn lookup(shape: &TreeShape, pages: &[Vec<u8>], range: KeyRange, sparse: bool) -
             .unwrap();
     }
     out
+}
+
+/// The leaves a range walk reads, in order.
+fn leaves_read(shape: &TreeShape, pages: &[Vec<u8>], range: KeyRange) -> Vec<u64> {
+    let mut c = RangeCursor::new(shape, range, false);
+    let (mut out, mut leaves) = (Vec::new(), Vec::new());
+    while let Some(p) = c.next_page() {
+        if c.at_first_leaf() || c.in_leaves() {
+            leaves.push(p);
+        }
+        c.feed(&pages[p as usize], Path::new(FILE), &mut out)
+            .unwrap();
+    }
+    leaves
+}
+
+fn last_leaf(shape: &TreeShape, pages: &[Vec<u8>], range: &KeyRange) -> u64 {
+    let mut l = LastLeaf::new(shape, range);
+    while let Some(p) = l.next_page() {
+        assert!(p >= shape.leaf_pages, "LastLeaf read leaf {p}");
+        l.feed(&pages[p as usize], Path::new(FILE)).unwrap();
+    }
+    l.leaf().unwrap()
 }
 
 fn count(shape: &TreeShape, pages: &[Vec<u8>], range: &KeyRange) -> u64 {
@@ -138,6 +163,17 @@ fn check(mut keys: Vec<Vec<u8>>, probes: Vec<(Vec<u8>, Vec<u8>, u8, u8)>, page_s
             want,
             "range {range:?}"
         );
+        // The last leaf a walk reads, found without reading leaves (read-ahead of long
+        // walks): that one, or the one before when the first key past the range opens a leaf.
+        let leaves = leaves_read(&shape, &pages, range.clone());
+        assert!(leaves.windows(2).all(|w| w[1] == w[0] + 1), "{leaves:?}");
+        if !want.is_empty() {
+            let (walked, found) = (*leaves.last().unwrap(), last_leaf(&shape, &pages, &range));
+            assert!(
+                found <= walked && found + 1 >= walked,
+                "range {range:?}: walk ended at leaf {walked}, LastLeaf found {found}"
+            );
+        }
         assert_eq!(
             count(&shape, &pages, &range),
             want.len() as u64,

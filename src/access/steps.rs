@@ -28,7 +28,9 @@ use super::table_io::{Counters, TableIo};
 use crate::config::ExecutionMode;
 use crate::io::{IoMetrics, PageBuf};
 use crate::storage::StorageError;
-use crate::storage::btree::{CountCursor, KeyRange, LeafSink, RangeCursor, RowId};
+use crate::storage::btree::{
+    CountCursor, KeyRange, LastLeaf, LeafSink, RangeCursor, RowId, TreeShape,
+};
 use crate::storage::key_decode::{KeyDecoder, KeyRows};
 use crate::storage::manifest::IndexMeta;
 
@@ -246,10 +248,12 @@ fn part_leaves<T: Found>(
 ) -> impl Stream<Item = Result<T>> + Send + 'static {
     // TableIo verifies every page once, when it is read; the walk need not again.
     let meta = index_meta(&table, part, index);
-    let leaf_pages = meta.as_ref().map_or(0, |m| m.tree.leaf_pages);
+    let ahead = match &meta {
+        Ok(m) => LeafReadAhead::new(&table, part, index, &m.tree, &range),
+        Err(_) => LeafReadAhead::default(),
+    };
     let cursor =
         meta.map(|m| RangeCursor::new(&m.tree, range, m.is_sparse()).with_verified_pages());
-    let ahead = LeafReadAhead::new(leaf_pages);
     futures::stream::try_unfold(
         (table, Some(cursor), ctx, ahead),
         move |(table, cursor, ctx, mut ahead)| {
@@ -260,8 +264,13 @@ fn part_leaves<T: Found>(
                 };
                 let mut cursor = cursor?;
                 while let Some(page_no) = cursor.next_page() {
-                    let page = match cursor.in_leaves() {
-                        true => ahead.page(&table, part, index, page_no, &ctx).await?,
+                    let first = cursor.at_first_leaf();
+                    let page = match first || cursor.in_leaves() {
+                        true => {
+                            ahead
+                                .page(&table, part, index, page_no, first, &ctx)
+                                .await?
+                        }
                         false => index_page(&table, part, index, page_no, &ctx).await?,
                     };
                     cursor
@@ -279,19 +288,24 @@ fn part_leaves<T: Found>(
 }
 
 /// Most leaves a walk reads ahead.
-const LEAVES_AHEAD: u64 = 64;
+const LEAVES_AHEAD: u64 = 256;
 
 /// Reads ahead the leaves of a long range walk. Leaves lie in key order, each the page after
-/// the one before, so once a walk goes on to a next leaf the ones after it are read too: one
-/// more the first time, then twice as many each leaf (at most [`LEAVES_AHEAD`]), so a walk
-/// reads at most about twice the leaves it uses, and a range of many leaves costs a few
-/// dependent reads instead of one per leaf (one round trip each in object storage).
+/// the one before, so once a walk goes on to a next leaf the ones after it are read too:
+/// when the inner nodes on the way to the range's upper bound are cached (pinned, mostly),
+/// every leaf up to the range's last (at most [`LEAVES_AHEAD`] at a time), so a range of many
+/// leaves costs about two dependent reads instead of one per leaf (a round trip each in
+/// object storage); otherwise one more the first time, then twice as many each leaf, so a
+/// walk reads at most about twice the leaves it uses.
 ///
 /// Each read ahead is a task of its own that puts the page in the pool, where the walk's
 /// own read finds it or joins it: a walk parked while its node's fetches are at their cap
 /// would otherwise sit on the permits of reads nobody polls. Dropping the walk aborts them.
+#[derive(Default)]
 struct LeafReadAhead {
     leaf_pages: u64,
+    /// The range's last leaf, when found from cached nodes.
+    last_leaf: Option<u64>,
     window: u64,
     /// Pages being read ahead, in page order.
     reads: std::collections::VecDeque<(u64, AbortOnDrop)>,
@@ -306,27 +320,47 @@ impl Drop for AbortOnDrop {
 }
 
 impl LeafReadAhead {
-    fn new(leaf_pages: u64) -> Self {
+    fn new(table: &TableIo, part: usize, index: usize, tree: &TreeShape, range: &KeyRange) -> Self {
+        let mut last = LastLeaf::new(tree, range);
+        let quiet = Counters::default();
+        while let Some(page_no) = last.next_page() {
+            let found = table
+                .cached_index_page(part, index, page_no, &quiet)
+                .zip(table.index_file(part, index, page_no));
+            let Some((page, file)) = found else { break };
+            if last.feed(&page, file).is_err() {
+                break; // the walk reads the node itself, and reports the damage
+            }
+        }
         Self {
-            leaf_pages,
+            leaf_pages: tree.leaf_pages,
+            last_leaf: last.leaf(),
             window: 1,
             reads: Default::default(),
         }
     }
 
-    /// Leaf `page_no`, after starting the reads of the leaves that follow it.
+    /// Leaf `page_no` (`first`: the range's first), after starting the reads of the leaves
+    /// that follow it. The first leaf reads ahead only when the range's last leaf is known:
+    /// most ranges (a probe's key) end in their first leaf.
     async fn page(
         &mut self,
         table: &Arc<TableIo>,
         part: usize,
         index: usize,
         page_no: u64,
+        first: bool,
         ctx: &StepCtx,
     ) -> Result<PageBuf> {
         // In order, one read at a time: the baseline reads nothing ahead.
         let out_of_order = ctx.query().mode == ExecutionMode::OutOfOrder;
-        if let (true, Ok(runtime)) = (out_of_order, tokio::runtime::Handle::try_current()) {
-            let end = (page_no + 1 + self.window).min(self.leaf_pages);
+        let wanted = out_of_order && (!first || self.last_leaf.is_some_and(|l| l > page_no));
+        if let (true, Ok(runtime)) = (wanted, tokio::runtime::Handle::try_current()) {
+            let end = match self.last_leaf {
+                Some(last) => (last + 1).min(page_no + 1 + LEAVES_AHEAD),
+                None => page_no + 1 + self.window,
+            }
+            .min(self.leaf_pages);
             let from = self.reads.back().map_or(page_no + 1, |r| r.0 + 1);
             for next in from.max(page_no + 1)..end {
                 let (table, ctx) = (table.clone(), ctx.clone());

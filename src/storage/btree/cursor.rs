@@ -210,6 +210,12 @@ impl RangeCursor {
         matches!(self.state, ScanState::Scan { .. })
     }
 
+    /// Whether the page to feed next is the first leaf of the range (the descent's last
+    /// step).
+    pub fn at_first_leaf(&self) -> bool {
+        matches!(&self.state, ScanState::Descend(d) if d.level == 0)
+    }
+
     /// The page to feed next, or None when the search is complete.
     pub fn next_page(&self) -> Option<u64> {
         match &self.state {
@@ -343,6 +349,64 @@ impl CountCursor {
     /// The count, once [`next_page`](Self::next_page) returned None.
     pub fn count(&self) -> Option<u64> {
         Some(self.upper_rank?.saturating_sub(self.lower_rank?))
+    }
+}
+
+/// Finds the leaf that holds the last entries of a range (or the one after them): a descent
+/// of the inner levels toward the upper bound; the leaf itself is not read. A walk of a long
+/// range then knows which leaves it will need and can read them all at once.
+#[derive(Debug, Clone)]
+pub struct LastLeaf {
+    descent: Option<Descent>,
+    leaf: Option<u64>,
+}
+
+impl LastLeaf {
+    /// The search of `range`'s last leaf in `tree`.
+    pub fn new(tree: &TreeShape, range: &KeyRange) -> Self {
+        let target = match &range.upper {
+            Bound::Unbounded => {
+                return Self {
+                    descent: None,
+                    leaf: Some(tree.leaf_pages.saturating_sub(1)),
+                };
+            }
+            Bound::Included(k) => Target::FirstGt(k.clone()),
+            Bound::Excluded(k) => Target::FirstGe(k.clone()),
+        };
+        let descent = Descent::new(tree, target);
+        match descent.level {
+            0 => Self {
+                leaf: Some(descent.page),
+                descent: None,
+            },
+            _ => Self {
+                descent: Some(descent),
+                leaf: None,
+            },
+        }
+    }
+
+    /// The inner node to feed next, or None once the leaf is known.
+    pub fn next_page(&self) -> Option<u64> {
+        self.descent.as_ref().map(|d| d.page)
+    }
+
+    /// Feeds the node asked for by [`next_page`](Self::next_page) (verified by the caller).
+    pub fn feed(&mut self, page: &[u8], file: &Path) -> Result<()> {
+        if let Some(d) = &mut self.descent {
+            d.step(page, file, true)?;
+            if d.level == 0 {
+                self.leaf = Some(d.page);
+                self.descent = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The leaf, once found.
+    pub fn leaf(&self) -> Option<u64> {
+        self.leaf
     }
 }
 

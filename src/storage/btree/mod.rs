@@ -5,5 +5,5 @@ pub mod cursor;
 pub mod node;
 
 pub use builder::{BTreeBuilder, TreeShape};
-pub use cursor::{CountCursor, KeyRange, LeafSink, RangeCursor};
+pub use cursor::{CountCursor, KeyRange, LastLeaf, LeafSink, RangeCursor};
 pub use node::RowId;
