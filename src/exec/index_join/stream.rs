@@ -379,12 +379,7 @@ impl Join {
         p.pending += 1;
         let decoded = keys.batch(rows)?;
         let page = self.inner.page_view(&decoded)?;
-        let found: Vec<u32> = match &page.passes {
-            Some(mask) => (0..decoded.num_rows() as u32)
-                .filter(|&r| mask.value(r as usize))
-                .collect(),
-            None => (0..decoded.num_rows() as u32).collect(),
-        };
+        let found = page.passing((0..decoded.num_rows() as u32).collect());
         self.add_rows(probe, &page.rows, found)
     }
 
@@ -656,6 +651,19 @@ struct PageView {
     passes: Option<arrow::array::BooleanArray>,
 }
 
+impl PageView {
+    /// The rows among `candidates` that pass the inner predicate.
+    fn passing(&self, candidates: Vec<u32>) -> Vec<u32> {
+        match &self.passes {
+            Some(mask) => candidates
+                .into_iter()
+                .filter(|&r| mask.value(r as usize))
+                .collect(),
+            None => candidates,
+        }
+    }
+}
+
 impl InnerSide {
     /// The probes' view of `decoded`, the rows of one heap page (columns `decode_columns`).
     fn page_view(&self, decoded: &RecordBatch) -> Result<PageView> {
@@ -717,13 +725,7 @@ impl InnerSide {
             }
             slots.iter().map(|&s| s as u32).collect()
         };
-        Ok(match &page.passes {
-            Some(mask) => candidates
-                .into_iter()
-                .filter(|&r| mask.value(r as usize))
-                .collect(),
-            None => candidates,
-        })
+        Ok(page.passing(candidates))
     }
 }
 
