@@ -523,6 +523,7 @@ pub async fn run(
     clients: &[usize],
     secs: f64,
     extra_settings: &[String],
+    with_stock: bool,
 ) -> Result<ConcurrencyReport, BoxError> {
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let data_bytes = table_bytes(data);
@@ -544,15 +545,21 @@ pub async fn run(
         }
     };
     let max_clients = clients.iter().copied().max().unwrap_or(0);
+    let engines: &[Engine] = match with_stock {
+        true => &[Engine::Ooode, Engine::Parquet],
+        false => &[Engine::Ooode],
+    };
     for &c in clients {
         let mut runs = Vec::new();
-        for engine in [Engine::Ooode, Engine::Parquet] {
+        for &engine in engines {
             let run = run_point(data, engine, c, secs, &settings, false).await?;
             print_run(&run.point);
             runs.push(run);
         }
-        compare(&runs[0], &runs[1]);
-        if c == max_clients && c >= TURNS_FROM_CLIENTS {
+        if let [ooode, stock] = &runs[..] {
+            compare(ooode, stock);
+        }
+        if with_stock && c == max_clients && c >= TURNS_FROM_CLIENTS {
             // The same clients with every long query reading at once (turns off).
             let mut all_at_once = settings.clone();
             all_at_once.push("SET ooode.max_long_queries = 0".to_string());
@@ -564,7 +571,7 @@ pub async fn run(
         }
         points.extend(runs.into_iter().map(|r| r.point));
     }
-    for engine in [Engine::Ooode, Engine::Parquet] {
+    for &engine in engines {
         let run = run_point(data, engine, 1, secs, &settings, true).await?;
         eprintln!(
             "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms (planning p50 {:.2} / p99 \

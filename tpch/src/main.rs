@@ -122,6 +122,10 @@ enum Command {
         /// Also write the measurements as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Only ooode (no stock DataFusion runs, no run without turns): for comparing
+        /// ooode's settings.
+        #[arg(long)]
+        ooode_only: bool,
     },
     /// The runtime's ceiling: the Fig. 4 query with pages from the OS cache (CPU per page),
     /// and hot out of order vs in order.
@@ -391,6 +395,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             device_depth,
             set,
             json,
+            ooode_only,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
@@ -408,7 +413,11 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
             settings.extend(set_statements(&set)?);
             let report = runtime.block_on(ooode_tpch::concurrency::run(
-                &data, &clients, seconds, &settings,
+                &data,
+                &clients,
+                seconds,
+                &settings,
+                !ooode_only,
             ))?;
             println!(
                 "Clients at once, TPC-H SF {sf}, {seconds} s each, cold start:\n{}",
