@@ -13,12 +13,10 @@
 //! that DataFusion keeps in its metadata cache: a "cold" query reads secondary index leaves and
 //! data pages from disk, not the top of every tree again.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::FutureExt;
-use parking_lot::RwLock;
 
 use crate::io::metrics::ReadGuard;
 use crate::io::{BufferPool, FileId, IoEngine, IoMetrics, PageBuf, PageHint};
@@ -107,9 +105,44 @@ struct SegmentFiles {
     leaf_pages: u64,
     /// Nodes read so far that stay (index segments whose pinned part fits [`PINNED_BYTES`]),
     /// shared by the table's openings in each execution mode.
-    pinned: Option<Arc<RwLock<HashMap<u64, PageBuf>>>>,
+    pinned: Option<Arc<PinnedNodes>>,
     /// Whether leaves are pinned too (a sparse clustering index), not only inner nodes.
     pin_leaves: bool,
+}
+
+/// The nodes of an index that stay once read: a slot per page of the pinned range, each set
+/// once, read without a lock (every descent of every lookup looks here first).
+#[derive(Debug)]
+struct PinnedNodes {
+    first: u64,
+    nodes: Box<[std::sync::OnceLock<PageBuf>]>,
+}
+
+impl PinnedNodes {
+    fn new(pages: std::ops::Range<u64>) -> Self {
+        Self {
+            first: pages.start,
+            nodes: (pages.start..pages.end.max(pages.start))
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+        }
+    }
+
+    fn slot(&self, page_no: u64) -> Option<&std::sync::OnceLock<PageBuf>> {
+        let i = usize::try_from(page_no.checked_sub(self.first)?).ok()?;
+        self.nodes.get(i)
+    }
+
+    fn get(&self, page_no: u64) -> Option<&PageBuf> {
+        self.slot(page_no)?.get()
+    }
+
+    /// Pins `page` as node `page_no` unless it is pinned already (or outside the range).
+    fn set(&self, page_no: u64, page: PageBuf) {
+        if let Some(slot) = self.slot(page_no) {
+            let _ = slot.set(page);
+        }
+    }
 }
 
 /// Most bytes of nodes one index keeps pinned; a larger index leaves them to the pool.
@@ -145,7 +178,12 @@ impl SegmentFiles {
         let page_bytes = striping.page_size as u64;
         let inner_bytes = (pages - leaf_pages.min(pages)) * page_bytes;
         let pin_leaves = sparse && pages * page_bytes <= PINNED_BYTES;
-        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES).then(Arc::default);
+        let pinned_range = match pin_leaves {
+            true => 0..pages,
+            false => leaf_pages.min(pages)..pages,
+        };
+        let pinned = (leaf_pages > 0 && inner_bytes <= PINNED_BYTES)
+            .then(|| Arc::new(PinnedNodes::new(pinned_range)));
         Ok(Self {
             files,
             paths: paths.into_iter().map(Arc::from).collect(),
@@ -170,7 +208,7 @@ impl SegmentFiles {
 
     /// Node `page_no` if it is pinned.
     fn pinned_node(&self, page_no: u64) -> Option<PageBuf> {
-        self.pinned.as_ref()?.read().get(&page_no).cloned()
+        self.pinned.as_ref()?.get(page_no).cloned()
     }
 
     /// The nodes that stay pinned once read, by page number.
@@ -188,10 +226,9 @@ impl SegmentFiles {
         let Some(pinned) = &self.pinned else {
             return vec![];
         };
-        let pinned = pinned.read();
         let mut wanted: Vec<(usize, u64, u64)> = self
             .pinned_pages()
-            .filter(|p| !pinned.contains_key(p))
+            .filter(|&p| pinned.get(p).is_none())
             .map(|p| {
                 let (path, offset) = self.striping.locate(p);
                 (path, offset, p)
@@ -525,7 +562,9 @@ impl TableIo {
         }
         let count = nodes.len();
         if let Some(pinned) = &seg.pinned {
-            pinned.write().extend(nodes);
+            for (page_no, page) in nodes {
+                pinned.set(page_no, page);
+            }
         }
         Ok(count)
     }
@@ -620,7 +659,7 @@ impl TableIo {
         }
         let page = self.read(seg, page_no, hint, kind, counters).await?;
         if pin && let Some(pinned) = &seg.pinned {
-            pinned.write().insert(page_no, page.clone());
+            pinned.set(page_no, page.clone());
         }
         Ok(page)
     }
