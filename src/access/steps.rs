@@ -71,6 +71,15 @@ impl StepCtx {
         }
     }
 
+    /// Steps run inside their consumer's polls over an engine that reads on the call (in
+    /// order, see [`crate::exec`]): one read at a time per pipeline by construction, and no
+    /// admission. A permit handed to a waiting step of a pipeline its consumer does not poll
+    /// now (a merge that holds a batch of it) would stall the query's other pipelines.
+    pub fn inline(mut self) -> Self {
+        self.admitted = false;
+        self
+    }
+
     /// The query's budget.
     pub fn query(&self) -> &Arc<QueryIo> {
         &self.query

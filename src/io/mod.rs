@@ -108,6 +108,12 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
     /// Most reads the engine keeps in flight.
     fn max_in_flight(&self) -> usize;
 
+    /// Whether a read is done when [`IoEngine::read`] returns (on the calling thread), so
+    /// that a read future is never pending.
+    fn reads_on_call(&self) -> bool {
+        false
+    }
+
     /// Closes the files this engine opened directly in `dir` (a segment whose files were
     /// removed: an open descriptor would keep their disk space until the process exits).
     /// Returns how many it closed.

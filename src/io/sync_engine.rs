@@ -98,6 +98,10 @@ impl IoEngine for SyncEngine {
         &self.metrics
     }
 
+    fn reads_on_call(&self) -> bool {
+        true
+    }
+
     fn max_in_flight(&self) -> usize {
         1
     }

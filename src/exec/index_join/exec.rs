@@ -16,9 +16,7 @@ use datafusion::physical_plan::execution_plan::{
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
-use datafusion::physical_plan::stream::{
-    RecordBatchReceiverStreamBuilder, RecordBatchStreamAdapter,
-};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
@@ -463,6 +461,8 @@ impl ExecutionPlan for IndexJoinExec {
             .clone();
         let limit = self.query.limit();
         let batch_size = context.session_config().batch_size().max(1);
+        let inline = crate::exec::runs_inline(&self.query, &self.inner.table);
+        let steps = |ctx: StepCtx| if inline { ctx.inline() } else { ctx };
         let work = JoinWork {
             outer,
             outer_keys: self.outer_keys.clone(),
@@ -474,7 +474,11 @@ impl ExecutionPlan for IndexJoinExec {
                 filter: self.filter.clone(),
                 outer_side: self.outer_side,
             },
-            steps: StepCtx::new(self.query.clone(), self.io.clone(), self.level),
+            steps: steps(StepCtx::new(
+                self.query.clone(),
+                self.io.clone(),
+                self.level,
+            )),
             node: node.clone(),
             limits: Limits {
                 max_probes: (4 * limit).clamp(4, 16384),
@@ -487,15 +491,15 @@ impl ExecutionPlan for IndexJoinExec {
             memory: MemoryConsumer::new(format!("IndexJoinExec[{partition}]"))
                 .register(context.memory_pool()),
         };
-        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
-        let tx = builder.tx();
-        builder.spawn(crate::exec::partition_task(
+        let stream = crate::exec::partition_stream(
+            self.schema.clone(),
             self.query.clone(),
-            move |turn| run(work, tx, turn),
-        ));
+            inline,
+            move |tx, turn| run(work, tx, turn),
+        );
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            Published::new(builder.build(), node),
+            Published::new(stream, node),
         )))
     }
 

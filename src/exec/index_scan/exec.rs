@@ -16,7 +16,6 @@ use datafusion::physical_plan::execution_plan::{
 };
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
@@ -442,6 +441,8 @@ impl ExecutionPlan for IndexScanExec {
             .clone();
         node.add_probes(self.ranges.len());
         let limit = self.query.limit();
+        let inline = crate::exec::runs_inline(&self.query, &self.table);
+        let steps = |ctx: StepCtx| if inline { ctx.inline() } else { ctx };
         let work = ScanWork {
             table: self.table.clone(),
             pages: Pages::Index {
@@ -453,20 +454,23 @@ impl ExecutionPlan for IndexScanExec {
             read_columns: self.read_columns.clone(),
             predicate: Some(self.predicate.clone()),
             output: self.output.clone(),
-            steps: StepCtx::new(self.query.clone(), self.io.clone(), self.level),
+            steps: steps(StepCtx::new(
+                self.query.clone(),
+                self.io.clone(),
+                self.level,
+            )),
             max_fetches: (2 * limit).clamp(2, 8192),
             out_bytes: crate::exec::OUTPUT_BYTES,
             batch_rows: context.session_config().batch_size().clamp(1, 256),
             memory: MemoryConsumer::new(format!("IndexScanExec[{partition}]"))
                 .register(context.memory_pool()),
         };
-        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
-        let tx = builder.tx();
-        builder.spawn(crate::exec::partition_task(
+        let stream = crate::exec::partition_stream(
+            self.schema.clone(),
             self.query.clone(),
-            move |turn| run(work, tx, turn),
-        ));
-        let stream = builder.build();
+            inline,
+            move |tx, turn| run(work, tx, turn),
+        );
         Ok(Box::pin(
             datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
                 self.schema.clone(),

@@ -18,7 +18,6 @@ use datafusion::physical_plan::execution_plan::{
 use datafusion::physical_plan::filter_pushdown::{FilterDescription, FilterPushdownPhase};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
-use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
@@ -301,28 +300,30 @@ impl ExecutionPlan for OoodeScanExec {
             .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
             .clone();
         let limit = self.query.limit();
+        let inline = crate::exec::runs_inline(&self.query, &self.table);
+        let steps = |ctx: StepCtx| if inline { ctx.inline() } else { ctx };
         let work = ScanWork {
             table: self.table.clone(),
             pages: Pages::Range(start..end),
             read_columns: self.projection.clone(),
             predicate: None,
             output: None,
-            steps: StepCtx::new(self.query.clone(), self.io.clone(), 0),
+            steps: steps(StepCtx::new(self.query.clone(), self.io.clone(), 0)),
             max_fetches: limit.clamp(1, 64),
             out_bytes: crate::exec::OUTPUT_BYTES,
             batch_rows: context.session_config().batch_size().max(1),
             memory: MemoryConsumer::new(format!("OoodeScanExec[{partition}]"))
                 .register(context.memory_pool()),
         };
-        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 4);
-        let tx = builder.tx();
-        builder.spawn(crate::exec::partition_task(
+        let stream = crate::exec::partition_stream(
+            self.schema.clone(),
             self.query.clone(),
-            move |turn| run(work, tx, turn),
-        ));
+            inline,
+            move |tx, turn| run(work, tx, turn),
+        );
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            Published::new(builder.build(), node),
+            Published::new(stream, node),
         )))
     }
 
