@@ -3,8 +3,8 @@
 //! Each node runs its work as a task of its own that polls many small steps at once (walk a
 //! B+tree to a key, read a heap page, decode rows): thousands of steps are pending, bounded by
 //! the query's budget of reads in flight, and whichever read completes first is computed on
-//! first. `in_order` mode runs the same nodes with a budget of one read and the synchronous
-//! engine: the paper's IODE baseline.
+//! first. `in_order` mode runs the same nodes over the synchronous engine, each inside its
+//! consumer's polls (one read at a time per pipeline): the paper's IODE baseline.
 //!
 //! Nodes: [`OoodeScanExec`] (full scan), [`IndexScanExec`] (key ranges of one index, residual
 //! predicate), [`IndexJoinExec`] (index nested-loop join: inner, semi, anti, left outer).
