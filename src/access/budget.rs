@@ -103,7 +103,7 @@ impl QueryIo {
     /// One operator task's hold on the query's turn, not taken yet.
     pub fn turn(self: &Arc<Self>) -> Turn {
         Turn {
-            query: self.clone(),
+            query: Some(self.clone()),
             running: None,
         }
     }
@@ -208,16 +208,28 @@ impl QueryIo {
 /// client that stops reading a long query's result blocks no other query.
 #[derive(Debug)]
 pub struct Turn {
-    query: Arc<QueryIo>,
+    /// None: work that takes no turn.
+    query: Option<Arc<QueryIo>>,
     running: Option<RunningTask>,
 }
 
 impl Turn {
+    /// The turn of work that runs inside its consumer's polls (in order, see
+    /// [`crate::exec`]): turns bound how many long queries' operator tasks share the run
+    /// queue, and such work has no task; a turn granted to a pipeline its consumer is not
+    /// polling would also keep the query's other pipelines waiting for it.
+    pub fn none() -> Self {
+        Self {
+            query: None,
+            running: None,
+        }
+    }
+
     /// Holds the turn (waiting for it if the query is long and holds none): call before
     /// polling work that reads.
     pub async fn busy(&mut self) {
-        if self.running.is_none() {
-            self.running = self.query.running().await;
+        if let (None, Some(query)) = (&self.running, &self.query) {
+            self.running = query.running().await;
         }
     }
 

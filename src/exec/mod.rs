@@ -30,11 +30,13 @@ pub(crate) type Reserved<'a> = std::result::Result<
     tokio::sync::mpsc::error::SendError<()>,
 >;
 
-/// The task of one partition of an ooode node: runs `work` with the query's turn among long
-/// queries (`ooode.max_long_queries`; the work takes it while it reads and gives it up while
-/// it only waits for its consumer), its reads batched per poll, and notes when it ended.
+/// The work of one partition of an ooode node: runs `work` with `turn`, the query's turn
+/// among long queries (`ooode.max_long_queries`; the work takes it while it reads and gives
+/// it up while it only waits for its consumer), its reads batched per poll, and notes when it
+/// ended.
 fn partition_task<W, F>(
     query: std::sync::Arc<crate::access::QueryIo>,
+    turn: crate::access::Turn,
     work: W,
 ) -> impl std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static
 where
@@ -42,7 +44,7 @@ where
     F: std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static,
 {
     crate::io::batch::Batched(Box::pin(async move {
-        let done = work(query.turn()).await;
+        let done = work(turn).await;
         query.note_work_done();
         done
     }))
@@ -76,7 +78,8 @@ where
     use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
     if inline {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let task = partition_task(query, move |turn| work(tx, turn));
+        let turn = crate::access::Turn::none();
+        let task = partition_task(query, turn, move |turn| work(tx, turn));
         return Box::pin(RecordBatchStreamAdapter::new(
             schema,
             inline::Inline::new(rx, Box::pin(task)),
@@ -85,7 +88,8 @@ where
     let mut builder =
         datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder::new(schema, 4);
     let tx = builder.tx();
-    builder.spawn(partition_task(query, move |turn| work(tx, turn)));
+    let turn = query.turn();
+    builder.spawn(partition_task(query, turn, move |turn| work(tx, turn)));
     builder.build()
 }
 

@@ -404,3 +404,45 @@ async fn a_long_query_whose_client_stops_reading_gives_up_its_turn() {
     );
     assert_eq!(slots.free(), 1, "the turn given back");
 }
+
+/// In order, a node's work runs inside its consumer's polls and takes no turn among long
+/// queries: with the only turn held by another query, a long query in order still runs to
+/// the end, and right (a turn handed to a pipeline its consumer is not polling could keep
+/// the query's other pipelines waiting for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_query_in_order_takes_no_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = load(dir.path());
+    let stock = stock(&data).await;
+    let env = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let ctx = session(&env);
+    register(&ctx, &data).await;
+    for s in [
+        "SET ooode.index_join = 'always'",
+        "SET ooode.execution_mode = 'in_order'",
+        "SET ooode.max_long_queries = 1",
+        "SET ooode.short_query_reads = 0",
+    ] {
+        run_sql(&ctx, s).await.unwrap();
+    }
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    let sql = fig4_sql(150);
+    // Planning applies the settings to the runtime.
+    let (_, query) = index_plan(&ctx, &sql).await;
+    assert!(
+        query.share().estimated_reads().is_some_and(|r| r > 0),
+        "the rule estimated the query's reads: it is long"
+    );
+    let slots = runtime.long_slots().expect("max_long_queries was set");
+    assert_eq!(slots.slots(), 1);
+    let other = Arc::new(ooode::access::slots::QuerySlot::default());
+    let held = other.enter(&slots).await;
+    assert_eq!(slots.free(), 0, "the only turn is held");
+    let rows = tokio::time::timeout(Duration::from_secs(30), query_rows(&ctx, &sql))
+        .await
+        .expect("the query in order ran while another held the only turn")
+        .unwrap();
+    assert_eq!(rows, query_rows(&stock, &sql).await.unwrap());
+    drop(held);
+    assert_eq!(slots.free(), 1);
+}
