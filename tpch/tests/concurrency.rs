@@ -344,25 +344,31 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
     assert_eq!(query_rows(&ctx, sql).await.unwrap(), want);
 }
 
+/// Stock DataFusion and an ooode session over the data loaded in `dir`: index joins always,
+/// one turn for long queries, every query the rule estimated long, in `mode`.
+async fn one_turn_session(dir: &Path, mode: &str) -> (SessionContext, SessionContext) {
+    let data = load(dir);
+    let env = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let ctx = session(&env);
+    register(&ctx, &data).await;
+    for s in [
+        "SET ooode.index_join = 'always'".to_string(),
+        format!("SET ooode.execution_mode = '{mode}'"),
+        "SET ooode.max_long_queries = 1".to_string(),
+        "SET ooode.short_query_reads = 0".to_string(),
+    ] {
+        run_sql(&ctx, &s).await.unwrap();
+    }
+    (stock(&data).await, ctx)
+}
+
 /// With one turn for long queries, a long query whose client takes one batch and stops
 /// reading gives its turn up once its operators have nothing in flight (their output queues
 /// full): another long query then runs to the end, and the first finishes when read again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_query_whose_client_stops_reading_gives_up_its_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let data = load(dir.path());
-    let stock = stock(&data).await;
-    let env = RuntimeEnvBuilder::new().build_arc().unwrap();
-    let ctx = session(&env);
-    register(&ctx, &data).await;
-    for s in [
-        "SET ooode.index_join = 'always'",
-        "SET ooode.max_long_queries = 1",
-        // Every query the rule estimated is long.
-        "SET ooode.short_query_reads = 0",
-    ] {
-        run_sql(&ctx, s).await.unwrap();
-    }
+    let (stock, ctx) = one_turn_session(dir.path(), "out_of_order").await;
     let runtime = ooode_providers::ooode_runtime(&ctx);
     // About 40 K rows of every column: far more than an operator queues for its consumer.
     let stalled_sql =
@@ -412,19 +418,7 @@ async fn a_long_query_whose_client_stops_reading_gives_up_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_query_in_order_takes_no_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let data = load(dir.path());
-    let stock = stock(&data).await;
-    let env = RuntimeEnvBuilder::new().build_arc().unwrap();
-    let ctx = session(&env);
-    register(&ctx, &data).await;
-    for s in [
-        "SET ooode.index_join = 'always'",
-        "SET ooode.execution_mode = 'in_order'",
-        "SET ooode.max_long_queries = 1",
-        "SET ooode.short_query_reads = 0",
-    ] {
-        run_sql(&ctx, s).await.unwrap();
-    }
+    let (stock, ctx) = one_turn_session(dir.path(), "in_order").await;
     let runtime = ooode_providers::ooode_runtime(&ctx);
     let sql = fig4_sql(150);
     // Planning applies the settings to the runtime.
