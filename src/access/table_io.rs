@@ -128,6 +128,11 @@ impl PinnedNodes {
         }
     }
 
+    /// The page numbers it has a slot for.
+    fn pages(&self) -> std::ops::Range<u64> {
+        self.first..self.first + self.nodes.len() as u64
+    }
+
     fn slot(&self, page_no: u64) -> Option<&std::sync::OnceLock<PageBuf>> {
         let i = usize::try_from(page_no.checked_sub(self.first)?).ok()?;
         self.nodes.get(i)
@@ -213,11 +218,7 @@ impl SegmentFiles {
 
     /// The nodes that stay pinned once read, by page number.
     fn pinned_pages(&self) -> std::ops::Range<u64> {
-        match (&self.pinned, self.pin_leaves) {
-            (None, _) => 0..0,
-            (Some(_), true) => 0..self.pages,
-            (Some(_), false) => self.leaf_pages.min(self.pages)..self.pages,
-        }
+        self.pinned.as_ref().map_or(0..0, |pinned| pinned.pages())
     }
 
     /// Runs of consecutive pinned nodes not pinned yet, each in one file: (data path, first

@@ -50,18 +50,27 @@ where
     }))
 }
 
-/// Whether a node of `query` reading `table` runs inside its consumer's polls (see
-/// [`partition_stream`]): in order over an engine that reads on the call (local files).
-/// Reads of object stores complete later, on another thread: those nodes keep their task and
-/// their budget of one read.
-pub(crate) fn runs_inline(query: &crate::access::QueryIo, table: &crate::access::TableIo) -> bool {
-    query.mode == ExecutionMode::InOrder && table.engine().reads_on_call()
+/// The steps of a node of `query` reading `table` at `level` (counted in `io`), and whether
+/// the node runs inside its consumer's polls (see [`partition_stream`]): in order over an
+/// engine that reads on the call (local files). Reads of object stores complete later, on
+/// another thread: those nodes keep their task and their budget of one read.
+pub(crate) fn node_steps(
+    query: &std::sync::Arc<crate::access::QueryIo>,
+    io: &std::sync::Arc<crate::io::IoMetrics>,
+    table: &crate::access::TableIo,
+    level: usize,
+) -> (crate::access::StepCtx, bool) {
+    let steps = crate::access::StepCtx::new(query.clone(), io.clone(), level);
+    match query.mode == ExecutionMode::InOrder && table.engine().reads_on_call() {
+        true => (steps.inline(), true),
+        false => (steps, false),
+    }
 }
 
 /// The output stream of one partition of an ooode node running `work`.
 ///
 /// Normally the work is a task of its own (its reads overlap the consumer's work). `inline`
-/// (see [`runs_inline`]), it runs inside the consumer's polls, Volcano style: the paper's
+/// (see [`node_steps`]), it runs inside the consumer's polls, Volcano style: the paper's
 /// in-order baseline issues each read from the thread that needs its rows, with no hand-off
 /// between threads for each batch. Measured before (SF 1, pages in the OS cache), a chain of
 /// tasks spent ~8 % of its in-order CPU switching threads.

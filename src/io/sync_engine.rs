@@ -3,7 +3,8 @@
 //! This is the in-order engine of the paper (IODE): the caller waits for each read before it
 //! can issue the next. In order, a query's nodes run inside their consumers' polls, so each
 //! pipeline (partition) of the query has one read outstanding; queries on other threads read
-//! at the same time (no lock is held across the system call). It is also the fallback where io_uring cannot be set up.
+//! at the same time (no lock is held across the system call). It is also the fallback where
+//! io_uring cannot be set up.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

@@ -27,6 +27,15 @@ async fn sql(ctx: &SessionContext, q: &str) -> Vec<datafusion::arrow::array::Rec
     ctx.sql(q).await.unwrap().collect().await.unwrap()
 }
 
+async fn physical_plan(ctx: &SessionContext, q: &str) -> Arc<dyn ExecutionPlan> {
+    ctx.sql(q)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap()
+}
+
 fn find_joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<QueryIo>>, levels: &mut usize) {
     if let Some(j) = plan.downcast_ref::<IndexJoinExec>() {
         out.push(j.query().clone());
@@ -40,13 +49,7 @@ fn find_joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<QueryIo>>, levels
 /// Runs the Fig. 4 query from a cold buffer pool; returns (result, query counters, join levels).
 async fn run_cold(ctx: &SessionContext, n: u64) -> (String, Arc<QueryIo>, usize) {
     ooode_providers::ooode_runtime(ctx).pool().clear();
-    let plan = ctx
-        .sql(&fig4(n))
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
+    let plan = physical_plan(ctx, &fig4(n)).await;
     let (mut queries, mut levels) = (Vec::new(), 0);
     find_joins(&plan, &mut queries, &mut levels);
     let batches = collect(plan, ctx.task_ctx()).await.unwrap();
@@ -139,13 +142,7 @@ async fn fig4_keeps_many_reads_in_flight_only_out_of_order() {
         .expect("COUNT(*) is an Int64")
         .value(0);
     ooode_providers::ooode_runtime(&ctx).pool().clear();
-    let plan = ctx
-        .sql(&fig4(150))
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
+    let plan = physical_plan(&ctx, &fig4(150)).await;
     let join = outermost_join(&plan).expect("index joins planned");
     let task = ctx.task_ctx();
     let rows = std::thread::spawn(move || {

@@ -27,7 +27,7 @@ use super::output::OutputSpec;
 use super::stream::{JoinWork, Limits, run};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::Columns;
-use crate::access::{QueryIo, StepCtx, TableIo, to_df};
+use crate::access::{QueryIo, TableIo, to_df};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::IoMetrics;
@@ -461,8 +461,8 @@ impl ExecutionPlan for IndexJoinExec {
             .clone();
         let limit = self.query.limit();
         let batch_size = context.session_config().batch_size().max(1);
-        let inline = crate::exec::runs_inline(&self.query, &self.inner.table);
-        let steps = |ctx: StepCtx| if inline { ctx.inline() } else { ctx };
+        let (steps, inline) =
+            crate::exec::node_steps(&self.query, &self.io, &self.inner.table, self.level);
         let work = JoinWork {
             outer,
             outer_keys: self.outer_keys.clone(),
@@ -474,11 +474,7 @@ impl ExecutionPlan for IndexJoinExec {
                 filter: self.filter.clone(),
                 outer_side: self.outer_side,
             },
-            steps: steps(StepCtx::new(
-                self.query.clone(),
-                self.io.clone(),
-                self.level,
-            )),
+            steps,
             node: node.clone(),
             limits: Limits {
                 max_probes: (4 * limit).clamp(4, 16384),

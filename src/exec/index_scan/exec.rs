@@ -24,7 +24,7 @@ use super::stream::{Pages, ScanWork, run};
 use crate::access::index_only::IndexColumns;
 use crate::access::plan_time::{ReadAhead, ScanEstimate};
 use crate::access::steps::Columns;
-use crate::access::{QueryIo, StepCtx, TableIo};
+use crate::access::{QueryIo, TableIo};
 use crate::exec::ONE_PIPELINE_ROWS;
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::IoMetrics;
@@ -441,8 +441,8 @@ impl ExecutionPlan for IndexScanExec {
             .clone();
         node.add_probes(self.ranges.len());
         let limit = self.query.limit();
-        let inline = crate::exec::runs_inline(&self.query, &self.table);
-        let steps = |ctx: StepCtx| if inline { ctx.inline() } else { ctx };
+        let (steps, inline) =
+            crate::exec::node_steps(&self.query, &self.io, &self.table, self.level);
         let work = ScanWork {
             table: self.table.clone(),
             pages: Pages::Index {
@@ -454,11 +454,7 @@ impl ExecutionPlan for IndexScanExec {
             read_columns: self.read_columns.clone(),
             predicate: Some(self.predicate.clone()),
             output: self.output.clone(),
-            steps: steps(StepCtx::new(
-                self.query.clone(),
-                self.io.clone(),
-                self.level,
-            )),
+            steps,
             max_fetches: (2 * limit).clamp(2, 8192),
             out_bytes: crate::exec::OUTPUT_BYTES,
             batch_rows: context.session_config().batch_size().clamp(1, 256),

@@ -24,7 +24,7 @@ use datafusion::physical_plan::{
 };
 
 use crate::access::plan_time::{PlanCounts, PlanReads, ReadAhead};
-use crate::access::{QueryIo, StepCtx, TableIo};
+use crate::access::{QueryIo, TableIo};
 use crate::exec::index_scan::stream::{Pages, ScanWork, run};
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::IoMetrics;
@@ -300,15 +300,14 @@ impl ExecutionPlan for OoodeScanExec {
             .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
             .clone();
         let limit = self.query.limit();
-        let inline = crate::exec::runs_inline(&self.query, &self.table);
-        let steps = |ctx: StepCtx| if inline { ctx.inline() } else { ctx };
+        let (steps, inline) = crate::exec::node_steps(&self.query, &self.io, &self.table, 0);
         let work = ScanWork {
             table: self.table.clone(),
             pages: Pages::Range(start..end),
             read_columns: self.projection.clone(),
             predicate: None,
             output: None,
-            steps: steps(StepCtx::new(self.query.clone(), self.io.clone(), 0)),
+            steps,
             max_fetches: limit.clamp(1, 64),
             out_bytes: crate::exec::OUTPUT_BYTES,
             batch_rows: context.session_config().batch_size().max(1),
