@@ -257,9 +257,12 @@ fn part_leaves<T: Found>(
 ) -> impl Stream<Item = Result<T>> + Send + 'static {
     // TableIo verifies every page once, when it is read; the walk need not again.
     let meta = index_meta(&table, part, index);
+    // In order reads nothing ahead: no search for the range's last leaf.
     let ahead = match &meta {
-        Ok(m) => LeafReadAhead::new(&table, part, index, &m.tree, &range),
-        Err(_) => LeafReadAhead::default(),
+        Ok(m) if ctx.query().mode == ExecutionMode::OutOfOrder => {
+            LeafReadAhead::new(&table, part, index, &m.tree, &range)
+        }
+        _ => LeafReadAhead::default(),
     };
     let cursor =
         meta.map(|m| RangeCursor::new(&m.tree, range, m.is_sparse()).with_verified_pages());
@@ -540,6 +543,28 @@ pub fn decode_rows(
         None => Ok(batch),
         Some(slots) => take_slots(&batch, slots, table, page_no),
     }
+}
+
+/// [`decode_rows`] of every row, the columns slices of the page itself (no copy): for a
+/// reader that keeps a few rows and drops the batch (the batch holds the page).
+pub fn decode_page_shared(
+    table: &TableIo,
+    page_no: u64,
+    page: &PageBuf,
+    columns: &Columns,
+) -> Result<RecordBatch> {
+    let file = table.heap_file(page_no);
+    table
+        .table()
+        .codec()
+        .decode_projected_shared(
+            &page.to_arrow(),
+            &columns.indices,
+            &columns.schema,
+            file,
+            page_no,
+        )
+        .map_err(to_df)
 }
 
 /// The rows at `slots` of `batch`, the decoded rows of heap page `page_no` of `table`; a slot

@@ -151,6 +151,29 @@ pub fn key_type_supported(t: &DataType) -> bool {
     )
 }
 
+/// Byte order of two encoded keys, as `a.cmp(b)` but eight bytes a step: keys are short
+/// (a few words), and the call into `memcmp` per comparison of a B+tree search showed as 7 %
+/// of a probe's CPU.
+#[inline]
+pub fn compare_keys(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let (mut a_rest, mut b_rest) = (a, b);
+    while let (Some((x, a_tail)), Some((y, b_tail))) =
+        (a_rest.split_first_chunk::<8>(), b_rest.split_first_chunk::<8>())
+    {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+        (a_rest, b_rest) = (a_tail, b_tail);
+    }
+    for (x, y) in a_rest.iter().zip(b_rest) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a_rest.len().cmp(&b_rest.len())
+}
+
 /// The smallest byte string greater than every string that starts with `prefix`, or None when
 /// there is none (the prefix is all 0xFF). Turns a key-prefix lookup into a range.
 pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
@@ -469,5 +492,38 @@ mod tests {
         ));
         let err = KeyEncoder::new(&[f]).unwrap_err().to_string();
         assert!(err.contains("'l'"), "{err}");
+    }
+
+    #[test]
+    fn compare_keys_is_byte_order() {
+        let keys: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![0],
+            vec![0, 0],
+            vec![1; 7],
+            vec![1; 8],
+            vec![1; 9],
+            [vec![1; 8], vec![0]].concat(),
+            [vec![1; 8], vec![2]].concat(),
+            vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5],
+            vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 1],
+            vec![255; 17],
+        ];
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn compare_keys_agrees_with_slice_order(
+            a in proptest::collection::vec(0u8..4, 0..24),
+            b in proptest::collection::vec(0u8..4, 0..24),
+        ) {
+            // Few byte values: long common prefixes, where the word steps matter.
+            proptest::prop_assert_eq!(compare_keys(&a, &b), a.cmp(&b));
+        }
     }
 }

@@ -40,7 +40,7 @@ use super::exec::InnerSide;
 use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    StepCtx, decode_rows, group_by_page, heap_page, lookup_cached, lookup_cached_keys, lookup_keys,
+    StepCtx, decode_page_shared, group_by_page, heap_page, lookup_cached, lookup_cached_keys, lookup_keys,
     lookup_leaves,
 };
 use crate::access::{Turn, to_df};
@@ -83,6 +83,9 @@ type KeyLeaves = BoxStream<'static, Result<KeyRows>>;
 enum Walk {
     Ids(Leaves),
     Keys(KeyLeaves),
+    /// Row ids found from cached nodes while the page fetches were at their cap: the fetches
+    /// wait their turn, the walk is not done again.
+    Found(Vec<u64>),
 }
 
 /// Most values a probe gathers without a walk of its own (see `lookup_cached`): a key with
@@ -309,14 +312,19 @@ impl Join {
                 self.steps.counters(),
                 CACHED_LOOKUP_VALUES,
             )?;
-            // Within the window of page fetches; beyond it the walk waits its turn.
-            let found = found.filter(|ids| self.pages.len() + ids.len() <= self.limits.max_fetches);
             match found {
-                Some(ids) => {
+                // Within the window of page fetches (and behind no parked probe): now.
+                Some(ids)
+                    if self.parked.is_empty()
+                        && self.pages.len() + ids.len() <= self.limits.max_fetches =>
+                {
                     self.fetch_pages(id, &ids);
                     // The walk is over.
                     self.release(id);
                 }
+                // Beyond it the fetches wait their turn (in order, with two fetches at most,
+                // nearly every probe of a batch: walking again would descend twice more).
+                Some(ids) => self.parked.push_back((id, Walk::Found(ids))),
                 None => {
                     let leaves = lookup_leaves(
                         self.inner.table.clone(),
@@ -395,6 +403,11 @@ impl Join {
             return;
         }
         self.jobs.push(match walk {
+            Walk::Found(ids) => {
+                self.fetch_pages(probe, &ids);
+                self.release(probe); // the walk is over
+                return;
+            }
             Walk::Ids(leaves) => leaves
                 .into_future()
                 .map(move |next| Job::Leaf(probe, next))
@@ -457,13 +470,8 @@ impl Join {
                 async move {
                     let rows = async {
                         let held = heap_page(&inner.table, page_no, &steps).await?;
-                        decode_rows(
-                            &inner.table,
-                            page_no,
-                            &held.page,
-                            &inner.decode_columns,
-                            None,
-                        )
+                        // Probes take a few rows of the page (copied into the output).
+                        decode_page_shared(&inner.table, page_no, &held.page, &inner.decode_columns)
                     }
                     .await;
                     Job::Page(page_no, rows)

@@ -23,7 +23,7 @@ use std::path::Path;
 use super::builder::TreeShape;
 use super::node::{NO_PAGE, NodeRef};
 use crate::storage::error::{Result, StorageError};
-use crate::storage::key::prefix_successor;
+use crate::storage::key::{compare_keys, prefix_successor};
 use crate::storage::page::{PageKind, verify_header, verify_page};
 
 /// A range of encoded keys.
@@ -68,8 +68,8 @@ impl KeyRange {
     pub fn contains(&self, key: &[u8]) -> bool {
         let above_lower = match &self.lower {
             Bound::Unbounded => true,
-            Bound::Included(l) => key >= l.as_slice(),
-            Bound::Excluded(l) => key > l.as_slice(),
+            Bound::Included(l) => compare_keys(key, l).is_ge(),
+            Bound::Excluded(l) => compare_keys(key, l).is_gt(),
         };
         above_lower && self.below_upper(key)
     }
@@ -78,8 +78,8 @@ impl KeyRange {
     pub fn below_upper(&self, key: &[u8]) -> bool {
         match &self.upper {
             Bound::Unbounded => true,
-            Bound::Included(u) => key <= u.as_slice(),
-            Bound::Excluded(u) => key < u.as_slice(),
+            Bound::Included(u) => compare_keys(key, u).is_le(),
+            Bound::Excluded(u) => compare_keys(key, u).is_lt(),
         }
     }
 }
@@ -108,8 +108,8 @@ impl Target {
     fn before(&self, key: &[u8]) -> bool {
         match self {
             Self::Start => false,
-            Self::FirstGe(k) => key < k.as_slice(),
-            Self::FirstGt(k) => key <= k.as_slice(),
+            Self::FirstGe(k) => compare_keys(key, k).is_lt(),
+            Self::FirstGt(k) => compare_keys(key, k).is_le(),
         }
     }
 }
