@@ -157,9 +157,10 @@ pub fn key_type_supported(t: &DataType) -> bool {
 #[inline]
 pub fn compare_keys(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     let (mut a_rest, mut b_rest) = (a, b);
-    while let (Some((x, a_tail)), Some((y, b_tail))) =
-        (a_rest.split_first_chunk::<8>(), b_rest.split_first_chunk::<8>())
-    {
+    while let (Some((x, a_tail)), Some((y, b_tail))) = (
+        a_rest.split_first_chunk::<8>(),
+        b_rest.split_first_chunk::<8>(),
+    ) {
         let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
         if x != y {
             return x.cmp(&y);

@@ -40,8 +40,8 @@ use super::exec::InnerSide;
 use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    StepCtx, decode_page_shared, group_by_page, heap_page, lookup_cached, lookup_cached_keys, lookup_keys,
-    lookup_leaves,
+    StepCtx, decode_page_shared, group_by_page, heap_page, lookup_cached, lookup_cached_keys,
+    lookup_keys, lookup_leaves,
 };
 use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
