@@ -470,3 +470,86 @@ pub(crate) fn value_lengths(array: &dyn Array) -> Vec<usize> {
     for_each_bytes(array, |v| lens.push(v.len()));
     lens
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{BooleanArray, Decimal128Array, Int64Array, StringArray, StringViewArray};
+    use arrow::datatypes::{Field, Schema};
+
+    fn sample() -> (HeapCodec, RecordBatch, Vec<u8>) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("flag", DataType::Boolean, false),
+            Field::new("price", DataType::Decimal128(15, 2), false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("note", DataType::Utf8View, false),
+        ]));
+        let rows = 37;
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter(
+                    (0..rows).map(|i| (i % 5 != 0).then_some(i * 1000)),
+                )),
+                Arc::new(BooleanArray::from_iter((0..rows).map(|i| Some(i % 3 == 0)))),
+                Arc::new(
+                    Decimal128Array::from_iter_values((0..rows).map(|i| i as i128 * 7 - 100))
+                        .with_precision_and_scale(15, 2)
+                        .unwrap(),
+                ),
+                Arc::new(StringArray::from_iter(
+                    (0..rows).map(|i| (i % 4 != 1).then(|| format!("n{i}"))),
+                )),
+                Arc::new(StringViewArray::from_iter_values(
+                    (0..rows).map(|i| format!("a longer note, number {i}")),
+                )),
+            ],
+        )
+        .unwrap();
+        let codec = HeapCodec::new(schema, 8192).unwrap();
+        let mut page = vec![0u8; 8192];
+        codec.encode(&batch, &mut page).unwrap();
+        (codec, batch, page)
+    }
+
+    #[test]
+    fn shared_decode_equals_the_copy_and_points_into_the_page() {
+        let (codec, batch, page) = sample();
+        let schema = codec.schema().clone();
+        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        let file = Path::new("t");
+        let copied = codec
+            .decode_projected(&page, &all, &schema, file, 1)
+            .unwrap();
+        let shared_page = Buffer::from(page.clone());
+        let shared = codec
+            .decode_projected_shared(&shared_page, &all, &schema, file, 1)
+            .unwrap();
+        assert_eq!(copied, batch);
+        assert_eq!(shared, batch);
+        // The ids are a slice of the page's bytes, not a copy.
+        let ids = shared.column(0).to_data().buffers()[0].as_ptr();
+        let range = shared_page.as_ptr_range();
+        assert!(range.contains(&ids), "a shared column lies in the page");
+    }
+
+    #[test]
+    fn a_region_outside_the_page_is_an_error_on_both_paths() {
+        let (codec, _, mut page) = sample();
+        let schema = codec.schema().clone();
+        // The values offset of column 3 ("name") points past the page.
+        let dir = HEADER_LEN + BODY_HEADER + DIR_ENTRY * 3 + 4;
+        page[dir..dir + 4].copy_from_slice(&9000u32.to_le_bytes());
+        let file = Path::new("t");
+        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        let copied = codec.decode_projected(&page, &all, &schema, file, 4);
+        let shared_page = Buffer::from(page);
+        let shared = codec.decode_projected_shared(&shared_page, &all, &schema, file, 4);
+        for result in [copied, shared] {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("column 'name'"), "{err}");
+            assert!(err.contains("outside the page"), "{err}");
+        }
+    }
+}
