@@ -13,6 +13,7 @@ pub mod index_join;
 pub mod index_scan;
 mod inline;
 pub mod metrics;
+mod reservation;
 pub mod scan;
 
 /// Estimated output rows up to which an ooode node runs as one pipeline: one partition, no

@@ -45,6 +45,7 @@ use crate::access::steps::{
 };
 use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
+use crate::exec::reservation::ChunkedReservation;
 use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
 use crate::storage::key_decode::KeyRows;
@@ -142,7 +143,7 @@ struct Join {
     keys: Option<Arc<IndexColumns>>,
     steps: StepCtx,
     limits: Limits,
-    memory: MemoryReservation,
+    memory: ChunkedReservation,
     outers: HashMap<u64, OuterBatch>,
     probes: HashMap<u64, Probe>,
     next_id: u64,
@@ -178,7 +179,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         keys,
         steps,
         limits,
-        memory,
+        memory: ChunkedReservation::new(memory),
         outers: HashMap::new(),
         probes: HashMap::new(),
         next_id: 0,

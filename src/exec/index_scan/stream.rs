@@ -32,6 +32,7 @@ use crate::access::steps::{
     Columns, StepCtx, decode_rows, group_by_page, heap_page, lookup_keys, lookup_leaves,
 };
 use crate::access::{TableIo, Turn};
+use crate::exec::reservation::ChunkedReservation;
 use crate::storage::btree::KeyRange;
 use crate::storage::key_decode::KeyRows;
 
@@ -142,7 +143,7 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         bytes: 0,
         rows: 0,
         batch_rows,
-        memory,
+        memory: ChunkedReservation::new(memory),
     };
     let fetch = |page_no: u64, slots: Option<Vec<u16>>| {
         let (rows_of, steps) = (rows_of.clone(), steps.clone());
@@ -239,7 +240,7 @@ struct Queued {
     bytes: usize,
     rows: usize,
     batch_rows: usize,
-    memory: MemoryReservation,
+    memory: ChunkedReservation,
 }
 
 impl Queued {
