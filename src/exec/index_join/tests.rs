@@ -129,6 +129,8 @@ fn filter(inner_schema: &SchemaRef) -> JoinFilter {
 
 struct Fixture {
     _dir: tempfile::TempDir,
+    /// The inner table's directory.
+    path: std::path::PathBuf,
     inner: RecordBatch,
     runtime: Arc<OoodeRuntime>,
     table: Arc<crate::access::TableIo>,
@@ -156,6 +158,7 @@ fn fixture(rows: i64) -> Fixture {
         .unwrap();
     Fixture {
         _dir: dir,
+        path,
         inner,
         runtime,
         table,
@@ -306,11 +309,7 @@ async fn in_order_a_probe_descends_the_tree_once() {
     let f = fixture(3000);
     let table = f
         .runtime
-        .table(
-            f._dir.path().join("t").as_path(),
-            ExecutionMode::InOrder,
-            false,
-        )
+        .table(&f.path, ExecutionMode::InOrder, false)
         .unwrap();
     let index = table
         .table()
