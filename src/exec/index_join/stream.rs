@@ -19,13 +19,14 @@
 //! in DataFusion's memory pool; over its limit the query fails with `ResourcesExhausted`.
 
 use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
 
 // Maps keyed by probe, page and join key, touched several times per page: SipHash showed in
 // profiles.
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::concat_batches;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -676,7 +677,12 @@ impl PageView {
 impl InnerSide {
     /// The probes' view of `decoded`, the rows of one heap page (columns `decode_columns`).
     fn page_view(&self, decoded: &RecordBatch) -> Result<PageView> {
-        let read = decoded.project(&self.read_positions)?;
+        // The scan's columns come first among those decoded: all of them, mostly.
+        let read = if self.read_positions.len() == decoded.num_columns() {
+            decoded.clone()
+        } else {
+            decoded.project(&self.read_positions)?
+        };
         let passes = match &self.predicate {
             Some(pred) => {
                 let value = pred.evaluate(&read)?.into_array(read.num_rows())?;
@@ -694,7 +700,12 @@ impl InnerSide {
             None => None,
         };
         let rows = match &self.output {
-            Some(cols) => read.project(cols)?,
+            // The projected schema is the node's, built once (not a new one per page).
+            Some(cols) => RecordBatch::try_new_with_options(
+                self.output_schema.clone(),
+                cols.iter().map(|&c| read.column(c).clone()).collect(),
+                &RecordBatchOptions::new().with_row_count(Some(read.num_rows())),
+            )?,
             None => read,
         };
         Ok(PageView {
@@ -802,22 +813,30 @@ fn group_keys(
             })
         })
         .collect::<Result<Vec<ArrayRef>>>()?;
-    let encoded = encoder.encode_rows(&arrays).map_err(to_df)?;
-    let mut groups: HashMap<Vec<u8>, usize> = HashMap::new();
-    let mut keyed: KeyedRows = Vec::new();
+    let mut encoded = encoder.encode_rows(&arrays).map_err(to_df)?;
     let mut unmatched = Vec::new();
-    for (row, key) in encoded.into_iter().enumerate() {
-        if arrays.iter().any(|a| a.is_null(row)) {
-            unmatched.push(row as u32);
-            continue;
-        }
-        match groups.get(&key) {
-            Some(&i) => keyed[i].1.push(row as u32),
-            None => {
-                groups.insert(key.clone(), keyed.len());
-                keyed.push((key, vec![row as u32]));
+    // Each key's first row and its rows; the keys stay borrowed from `encoded` until the
+    // grouping is done (then each group takes its first row's key: no copy of a key).
+    let mut groups: Vec<(usize, Vec<u32>)> = Vec::new();
+    {
+        let mut group_of: HashMap<&[u8], usize> = HashMap::with_capacity(encoded.len());
+        for (row, key) in encoded.iter().enumerate() {
+            if arrays.iter().any(|a| a.is_null(row)) {
+                unmatched.push(row as u32);
+                continue;
+            }
+            match group_of.entry(key.as_slice()) {
+                Entry::Occupied(group) => groups[*group.get()].1.push(row as u32),
+                Entry::Vacant(slot) => {
+                    slot.insert(groups.len());
+                    groups.push((row, vec![row as u32]));
+                }
             }
         }
     }
+    let keyed = groups
+        .into_iter()
+        .map(|(first, rows)| (std::mem::take(&mut encoded[first]), rows))
+        .collect();
     Ok((keyed, unmatched))
 }

@@ -72,7 +72,21 @@ pub fn column_class(t: &DataType) -> Option<ColumnClass> {
 }
 
 fn align(n: usize) -> usize {
-    n.div_ceil(REGION_ALIGN) * REGION_ALIGN
+    align_to(n, REGION_ALIGN)
+}
+
+fn align_to(n: usize, unit: usize) -> usize {
+    n.div_ceil(unit) * unit
+}
+
+/// Where the values region of a column of `class` starts: wide values (decimal128 and 256)
+/// on 16 bytes, the alignment Arrow requires of them, so a page's slice serves as their
+/// buffer without a copy; the others on [`REGION_ALIGN`].
+fn values_align(class: ColumnClass) -> usize {
+    match class {
+        ColumnClass::Fixed(w) if w >= 16 => 16,
+        _ => REGION_ALIGN,
+    }
 }
 
 /// Encoder/decoder of heap pages for one table schema.
@@ -127,7 +141,7 @@ impl HeapCodec {
             if field.is_nullable() {
                 total = align(total) + rows.div_ceil(8);
             }
-            total = align(total)
+            total = align_to(total, values_align(*class))
                 + match class {
                     ColumnClass::Fixed(w) => rows * w,
                     ColumnClass::Bool => rows.div_ceil(8),
@@ -170,7 +184,7 @@ impl HeapCodec {
                 nulls_at = at;
                 at += len;
             }
-            at = align(at);
+            at = align_to(at, values_align(*class));
             let values_at = at;
             match class {
                 ColumnClass::Fixed(w) => {
@@ -390,8 +404,8 @@ impl HeapCodec {
         let data = data
             .len(n)
             .nulls(nulls)
-            // Regions start on 8-byte boundaries; a wider type (decimal128) sliced from the
-            // page may need a copy to its own alignment.
+            // Regions start aligned for their type (see `values_align`); pages written
+            // before wide values were aligned to 16 need a copy of those.
             .align_buffers(true)
             .build()
             .map_err(|e| format!("invalid values: {e}"))?;
@@ -522,16 +536,62 @@ mod tests {
         let copied = codec
             .decode_projected(&page, &all, &schema, file, 1)
             .unwrap();
-        let shared_page = Buffer::from(page.clone());
+        let shared_page = aligned(&page);
         let shared = codec
             .decode_projected_shared(&shared_page, &all, &schema, file, 1)
             .unwrap();
         assert_eq!(copied, batch);
         assert_eq!(shared, batch);
-        // The ids are a slice of the page's bytes, not a copy.
-        let ids = shared.column(0).to_data().buffers()[0].as_ptr();
+        // The ids and the decimals (which Arrow wants on 16 bytes) are slices of the page's
+        // bytes, not copies.
         let range = shared_page.as_ptr_range();
-        assert!(range.contains(&ids), "a shared column lies in the page");
+        for c in [0, 2] {
+            let values = shared.column(c).to_data().buffers()[0].as_ptr();
+            assert!(range.contains(&values), "column {c} lies in the page");
+        }
+    }
+
+    /// `page` in a buffer aligned as pages read from disk are.
+    fn aligned(page: &[u8]) -> Buffer {
+        let mut buf = arrow::buffer::MutableBuffer::from_len_zeroed(page.len());
+        buf.as_slice_mut().copy_from_slice(page);
+        buf.into()
+    }
+
+    #[test]
+    fn pages_with_wide_values_on_eight_bytes_still_decode() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, false),
+            Field::new("price", DataType::Decimal128(15, 2), false),
+        ]));
+        let prices = Decimal128Array::from_iter_values([1, -20, 300])
+            .with_precision_and_scale(15, 2)
+            .unwrap();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow::array::Int32Array::from(vec![1, 2, 3])),
+                Arc::new(prices),
+            ],
+        )
+        .unwrap();
+        let codec = HeapCodec::new(schema.clone(), 8192).unwrap();
+        let mut page = vec![0u8; 8192];
+        codec.encode(&batch, &mut page).unwrap();
+        // Three i32 end at 56 + 12 = 68: the decimals start at 80 now, at 72 before.
+        let dir = HEADER_LEN + BODY_HEADER + DIR_ENTRY + 4;
+        assert_eq!(read_u32(&page, dir), Some(80));
+        page.copy_within(80..80 + 48, 72);
+        page[dir..dir + 4].copy_from_slice(&72u32.to_le_bytes());
+        let shared_page = aligned(&page);
+        let file = Path::new("t");
+        let shared = codec
+            .decode_projected_shared(&shared_page, &[0, 1], &schema, file, 1)
+            .unwrap();
+        assert_eq!(shared, batch);
+        let values = shared.column(1).to_data().buffers()[0].as_ptr();
+        assert_eq!(values.align_offset(16), 0, "copied to its alignment");
+        assert_eq!(codec.decode(&page, None, file, 1).unwrap(), batch);
     }
 
     #[test]
