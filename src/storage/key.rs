@@ -188,6 +188,28 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// The value of `key` when it is the encoding of one non-null 64- or 32-bit signed integer
+/// column of type `t` (`Int64`, `Int32`): a search over such a column can then compare values
+/// instead of encoding rows. None for any other type or key.
+pub fn int_key_value(t: &DataType, key: &[u8]) -> Option<i64> {
+    let [1, value @ ..] = key else {
+        return None;
+    };
+    match t {
+        DataType::Int64 => {
+            let mut b: [u8; 8] = value.try_into().ok()?;
+            b[0] ^= 0x80;
+            Some(i64::from_be_bytes(b))
+        }
+        DataType::Int32 => {
+            let mut b: [u8; 4] = value.try_into().ok()?;
+            b[0] ^= 0x80;
+            Some(i32::from_be_bytes(b) as i64)
+        }
+        _ => None,
+    }
+}
+
 trait KeyBytes {
     fn put(self, out: &mut Vec<u8>);
 }
@@ -526,5 +548,34 @@ mod tests {
             // Few byte values: long common prefixes, where the word steps matter.
             proptest::prop_assert_eq!(compare_keys(&a, &b), a.cmp(&b));
         }
+    }
+
+    #[test]
+    fn int_key_values_decode_their_encoding() {
+        for t in [DataType::Int64, DataType::Int32] {
+            let enc = KeyEncoder::new(&[Arc::new(Field::new("k", t.clone(), true))]).unwrap();
+            let column: ArrayRef = match t {
+                DataType::Int64 => Arc::new(Int64Array::from(vec![i64::MIN, -7, 0, 9, i64::MAX])),
+                _ => Arc::new(arrow::array::Int32Array::from(vec![
+                    i32::MIN,
+                    -7,
+                    0,
+                    9,
+                    i32::MAX,
+                ])),
+            };
+            let ints = arrow::compute::cast(&column, &DataType::Int64).unwrap();
+            let ints = ints.as_primitive::<Int64Type>();
+            for row in 0..column.len() {
+                let key = enc.encode_row(std::slice::from_ref(&column), row).unwrap();
+                assert_eq!(int_key_value(&t, &key), Some(ints.value(row)));
+                // A longer key (two columns), a null or another type: no value.
+                let mut longer = key.clone();
+                longer.push(0);
+                assert_eq!(int_key_value(&t, &longer), None);
+            }
+        }
+        assert_eq!(int_key_value(&DataType::Int64, &[0]), None);
+        assert_eq!(int_key_value(&DataType::UInt64, &[1; 9]), None);
     }
 }

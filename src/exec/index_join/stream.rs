@@ -49,6 +49,7 @@ use crate::exec::metrics::NodeMetrics;
 use crate::exec::reservation::ChunkedReservation;
 use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
+use crate::storage::key::int_key_value;
 use crate::storage::key_decode::KeyRows;
 
 /// How much one partition of the join may have open at once.
@@ -759,6 +760,9 @@ pub(super) fn key_run(
     prefix: &[u8],
 ) -> Result<std::ops::Range<usize>> {
     use std::cmp::Ordering;
+    if let Some(run) = int_key_run(key_cols, prefix) {
+        return Ok(run);
+    }
     let rows = key_cols.first().map_or(0, |c| c.len());
     let key = std::cell::RefCell::new(Vec::with_capacity(prefix.len()));
     let order = |row: usize| -> Result<Ordering> {
@@ -789,6 +793,31 @@ pub(super) fn key_run(
     let start = search(&|o| o != Ordering::Less)?;
     let end = search(&|o| o == Ordering::Greater)?.max(start);
     Ok(start..end)
+}
+
+/// [`key_run`] over one integer key column without nulls (most join keys): the probe's value
+/// searched among the column's values, with no row encoded (profiled: encoding rows for the
+/// comparisons was a seventh of a hot in-order run). None where the key is of another kind.
+fn int_key_run(key_cols: &[ArrayRef], prefix: &[u8]) -> Option<std::ops::Range<usize>> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{DataType, Int32Type, Int64Type};
+    let [column] = key_cols else {
+        return None;
+    };
+    if column.null_count() > 0 {
+        return None;
+    }
+    let wanted = int_key_value(column.data_type(), prefix)?;
+    fn run<T: Copy + Into<i64>>(values: &[T], wanted: i64) -> std::ops::Range<usize> {
+        let start = values.partition_point(|&v| v.into() < wanted);
+        let len = values[start..].partition_point(|&v| v.into() <= wanted);
+        start..start + len
+    }
+    match column.data_type() {
+        DataType::Int64 => Some(run(column.as_primitive::<Int64Type>().values(), wanted)),
+        DataType::Int32 => Some(run(column.as_primitive::<Int32Type>().values(), wanted)),
+        _ => None,
+    }
 }
 
 /// Outer rows by encoded join key, in first-seen key order.

@@ -381,3 +381,64 @@ async fn in_order_a_probe_descends_the_tree_once() {
     );
     assert!(hits >= probes * height, "{hits} visits counted");
 }
+
+/// A clustered page's run of a key, found by value for integer keys and by encoded rows for
+/// the others, against every row checked one by one.
+#[test]
+fn key_runs_equal_a_row_by_row_check() {
+    use crate::storage::KeyEncoder;
+    use arrow::array::{ArrayRef, Int32Array};
+    let sorted: Vec<i64> = vec![-5, -5, 0, 3, 3, 3, 8, 12, 12, 40];
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(sorted.clone())),
+        Arc::new(Int32Array::from_iter_values(
+            sorted.iter().map(|&v| v as i32),
+        )),
+        // Strings sort as bytes: zero-padded numbers keep the order.
+        Arc::new(StringArray::from_iter_values(
+            sorted.iter().map(|&v| format!("{:04}", v + 100)),
+        )),
+    ];
+    for column in columns {
+        let field = Arc::new(Field::new("k", column.data_type().clone(), false));
+        let encoder = KeyEncoder::new(&[field]).unwrap();
+        let keys: Vec<Vec<u8>> = (0..column.len())
+            .map(|row| {
+                encoder
+                    .encode_row(std::slice::from_ref(&column), row)
+                    .unwrap()
+            })
+            .collect();
+        let probes = [
+            keys[0].clone(),
+            keys[3].clone(),
+            keys[9].clone(),
+            // Between, before and after the page's keys: empty runs.
+            encode_one(&encoder, &column, 5),
+            encode_one(&encoder, &column, -50),
+            encode_one(&encoder, &column, 99),
+        ];
+        for probe in probes {
+            let run =
+                super::stream::key_run(&encoder, std::slice::from_ref(&column), &probe).unwrap();
+            let expected: Vec<usize> = (0..keys.len()).filter(|&r| keys[r] == probe).collect();
+            let found: Vec<usize> = run.clone().collect();
+            assert_eq!(found, expected, "{:?} probe {probe:?}", column.data_type());
+        }
+    }
+}
+
+/// The key `value` would have in a column of `like`'s type (as the test above writes them).
+fn encode_one(
+    encoder: &crate::storage::KeyEncoder,
+    like: &arrow::array::ArrayRef,
+    value: i64,
+) -> Vec<u8> {
+    use arrow::array::{ArrayRef, Int32Array};
+    let one: ArrayRef = match like.data_type() {
+        DataType::Int64 => Arc::new(Int64Array::from(vec![value])),
+        DataType::Int32 => Arc::new(Int32Array::from(vec![value as i32])),
+        _ => Arc::new(StringArray::from(vec![format!("{:04}", value + 100)])),
+    };
+    encoder.encode_row(&[one], 0).unwrap()
+}
