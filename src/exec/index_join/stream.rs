@@ -47,6 +47,7 @@ use crate::access::steps::{
 use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::reservation::ChunkedReservation;
+use crate::io::buf::PageBuf;
 use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
 use crate::storage::key::int_key_value;
@@ -153,6 +154,8 @@ struct Join {
     /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
     /// several probes need is read and decoded once.
     pages: HashMap<u64, Vec<(u64, Vec<u16>)>>,
+    /// Pages of `pages` found in the buffer pool: decoded at the loop's next turn, no task.
+    ready: VecDeque<(u64, PageBuf)>,
     parked: VecDeque<(u64, Walk)>,
     out: VecDeque<Work>,
     out_bytes: usize,
@@ -187,6 +190,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         next_id: 0,
         jobs: FuturesUnordered::new(),
         pages: HashMap::new(),
+        ready: VecDeque::new(),
         parked: VecDeque::new(),
         out: VecDeque::new(),
         out_bytes: 0,
@@ -210,6 +214,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
             };
             join.resume(probe, leaves);
         }
+        join.decode_ready()?;
         let want_outer = !outer_done && room && join.probes.len() < join.limits.max_probes;
         if outer_done && join.jobs.is_empty() && join.parked.is_empty() && join.out.is_empty() {
             break;
@@ -468,6 +473,18 @@ impl Join {
                 continue;
             }
             self.pages.insert(page_no, vec![(probe, slots)]);
+            // A page in the pool needs no task (a boxed future, a wake-up and a poll each, per
+            // page). Its first lines are fetched into the cache now, and it is decoded at the
+            // loop's next turn, after the other probes' lookups: by then they have arrived.
+            if let Some(page) = self
+                .inner
+                .table
+                .cached_heap_page(page_no, self.steps.counters())
+            {
+                prefetch_head(&page);
+                self.ready.push_back((page_no, page));
+                continue;
+            }
             let (inner, steps) = (self.inner.clone(), self.steps.clone());
             self.jobs.push(
                 async move {
@@ -482,6 +499,20 @@ impl Join {
                 .boxed(),
             );
         }
+    }
+
+    /// Decodes the pages found in the pool, for their probes.
+    fn decode_ready(&mut self) -> Result<()> {
+        while let Some((page_no, page)) = self.ready.pop_front() {
+            let rows = decode_page_shared(
+                &self.inner.table,
+                page_no,
+                &page,
+                &self.inner.decode_columns,
+            );
+            self.done(Job::Page(page_no, rows))?;
+        }
+        Ok(())
     }
 
     /// Rows `rows` of `page` (the inner side's output columns of one heap page) found for
@@ -748,6 +779,20 @@ impl InnerSide {
         };
         Ok(page.passing(candidates))
     }
+}
+
+/// Asks the CPU to bring the first lines of `page` (its header and column directory, which
+/// decoding reads first) into the cache, without waiting for them.
+fn prefetch_head(page: &PageBuf) {
+    #[cfg(target_arch = "x86_64")]
+    for line in page.chunks(64).take(2) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint; it reads nothing into the program and cannot fault,
+        // and the address is inside the page anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = page;
 }
 
 /// The rows of a clustered heap page whose key starts with `prefix`.
