@@ -200,6 +200,9 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
     loop {
         // Let other queries' woken tasks run between slices of this one's work.
         crate::io::batch::yield_if_long().await;
+        // Pages found in the pool are decoded first: that frees places in the window of
+        // fetches for the parked probes.
+        join.decode_ready()?;
         let room = join.out_bytes < join.limits.out_bytes;
         let resumes = room && join.pages.len() < join.limits.max_fetches && !join.parked.is_empty();
         if resumes || !join.jobs.is_empty() {
@@ -208,13 +211,10 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
             // Nothing in flight, nothing to start: it waits for its input or its consumer.
             turn.idle();
         }
-        while room && join.pages.len() < join.limits.max_fetches {
-            let Some((probe, leaves)) = join.parked.pop_front() else {
-                break;
-            };
-            join.resume(probe, leaves);
+        if resumes {
+            join.resume_parked()?;
         }
-        join.decode_ready()?;
+        let room = join.out_bytes < join.limits.out_bytes;
         let want_outer = !outer_done && room && join.probes.len() < join.limits.max_probes;
         if outer_done && join.jobs.is_empty() && join.parked.is_empty() && join.out.is_empty() {
             break;
@@ -499,6 +499,21 @@ impl Join {
                 .boxed(),
             );
         }
+    }
+
+    /// Resumes parked probes while the window of fetches and the output have room; pages they
+    /// find in the pool are decoded on the way (so they never wait with nothing in flight).
+    fn resume_parked(&mut self) -> Result<()> {
+        while self.out_bytes < self.limits.out_bytes && self.pages.len() < self.limits.max_fetches {
+            let Some((probe, leaves)) = self.parked.pop_front() else {
+                break;
+            };
+            self.resume(probe, leaves);
+            if self.pages.len() >= self.limits.max_fetches {
+                self.decode_ready()?;
+            }
+        }
+        self.decode_ready()
     }
 
     /// Decodes the pages found in the pool, for their probes.

@@ -382,6 +382,75 @@ async fn in_order_a_probe_descends_the_tree_once() {
     assert!(hits >= probes * height, "{hits} visits counted");
 }
 
+/// Hot (every page in the pool), probes whose pages hold no row passing the inner predicate
+/// leave nothing to send and nothing in flight: the join must still resume its parked
+/// probes (pages found in the pool are decoded without a task), in both modes.
+#[tokio::test]
+async fn hot_probes_that_find_no_rows_finish() {
+    use datafusion::physical_expr::expressions::lit;
+    let f = fixture(3000);
+    for mode in [ExecutionMode::InOrder, ExecutionMode::OutOfOrder] {
+        let table = f.runtime.table(&f.path, mode, false).unwrap();
+        let index = table
+            .table()
+            .indexes()
+            .iter()
+            .position(|i| i.meta.columns[0] == "id")
+            .unwrap();
+        let outer = RecordBatch::try_new(
+            outer_schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..500).map(|i| i * 5))),
+                Arc::new(Int64Array::from_iter_values(0..500)),
+            ],
+        )
+        .unwrap();
+        let config = OoodeConfig {
+            execution_mode: mode,
+            ..OoodeConfig::default()
+        };
+        // w = id: below 1000 the first 200 keys pass, the other 300 find pages of no row.
+        let join = |bound: i64| {
+            let outer_exec =
+                MemorySourceConfig::try_new_exec(&[vec![outer.clone()]], outer_schema(), None)
+                    .unwrap();
+            let predicate: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+                Arc::new(Column::new("w", 2)),
+                Operator::Lt,
+                lit(bound),
+            ));
+            let inner = InnerSide::try_new(
+                table.clone(),
+                "t",
+                index,
+                1,
+                (0..f.inner.num_columns()).collect(),
+                Some(predicate),
+                None,
+            )
+            .unwrap();
+            let query = QueryIo::new(&f.runtime, &config);
+            let join = IndexJoinExec::builder(
+                outer_exec,
+                vec![Arc::new(Column::new("ok", 0))],
+                Arc::new(inner),
+                query,
+            )
+            .build()
+            .unwrap();
+            Arc::new(join)
+        };
+        let rows = |b: &[RecordBatch]| b.iter().map(|b| b.num_rows()).sum::<usize>();
+        for bound in [1000, -1] {
+            let cold = collect(join(bound), task(64)).await.unwrap();
+            let hot = collect(join(bound), task(64)).await.unwrap();
+            let expected = if bound > 0 { 200 } else { 0 };
+            assert_eq!(rows(&cold), expected, "{mode:?}, w < {bound}");
+            assert_eq!(text_rows(&hot), text_rows(&cold), "{mode:?}, w < {bound}");
+        }
+    }
+}
+
 /// A clustered page's run of a key, found by value for integer keys and by encoded rows for
 /// the others, against every row checked one by one.
 #[test]
