@@ -17,6 +17,7 @@ use arrow::datatypes::{DataType, FieldRef};
 use arrow::error::ArrowError;
 
 use super::error::{Result, StorageError};
+use super::heap::page::primitive_array;
 use super::key::key_type_supported;
 
 /// How one key column is laid out after its null marker.
@@ -386,10 +387,16 @@ impl Builder {
                 width,
             } => {
                 let len = values.len() / width.max(1);
+                let (values, nulls) = (values.into(), nulls.finish());
+                // Index-only probes finish a few rows each: the common types skip the
+                // generic validation (see `primitive_array`).
+                if let Some(array) = primitive_array(&data_type, &values, len, &nulls) {
+                    return Ok(array);
+                }
                 let data = ArrayData::builder(data_type)
                     .len(len)
-                    .add_buffer(values.into())
-                    .nulls(nulls.finish())
+                    .add_buffer(values)
+                    .nulls(nulls)
                     .build()?;
                 make_array(data)
             }

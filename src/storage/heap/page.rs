@@ -426,7 +426,7 @@ impl HeapCodec {
 /// built directly for the common fixed-width types: `ArrayData`'s generic validation, which
 /// allocates a layout per column, was a tenth of decoding a page. None for other types, or
 /// values not aligned for their type (those take the generic path, which copies them).
-fn primitive_array(
+pub(crate) fn primitive_array(
     t: &DataType,
     values: &Buffer,
     n: usize,
