@@ -511,3 +511,42 @@ async fn settings_are_visible_and_take_effect() {
         4 << 20
     );
 }
+
+/// Index scans over pages already in the buffer pool (their rows taken at once, no task)
+/// return what they return cold, in both modes, through the clustering index (a range of
+/// pages) and a dense one (slots), also when the predicate keeps no row of those pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_index_scans_equal_cold_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ooode_providers::ooode_context(SessionConfig::new());
+    sql(&ctx, "CREATE TABLE src AS SELECT value AS id, value % 13 AS grp, value * 3 AS w FROM generate_series(1, 20000)").await.unwrap();
+    copy_src_to_t(
+        &ctx,
+        dir.path(),
+        "'ooode.clustering_key' 'id', 'ooode.indexes' 'grp', 'ooode.page_size' '4KiB'",
+    )
+    .await;
+    sql(&ctx, "SET ooode.index_join = 'always'").await.unwrap();
+    let queries = [
+        "SELECT id, w FROM {} WHERE id BETWEEN 1000 AND 9000 ORDER BY id",
+        "SELECT id, w FROM {} WHERE grp = 5 ORDER BY id",
+        // The pages of the range hold no row passing the rest of the predicate.
+        "SELECT id, w FROM {} WHERE id BETWEEN 1000 AND 9000 AND w < 0 ORDER BY id",
+        "SELECT id, w FROM {} WHERE grp = 5 AND w < 0 ORDER BY id",
+    ];
+    for mode in ["out_of_order", "in_order"] {
+        sql(&ctx, &format!("SET ooode.execution_mode = '{mode}'"))
+            .await
+            .unwrap();
+        for q in queries {
+            let want = sql(&ctx, &q.replace("{}", "src")).await.unwrap();
+            let on_t = q.replace("{}", "t");
+            let plan = sql(&ctx, &format!("EXPLAIN {on_t}")).await.unwrap();
+            assert!(plan.contains("IndexScanExec"), "{plan}");
+            let cold = sql(&ctx, &on_t).await.unwrap();
+            let hot = sql(&ctx, &on_t).await.unwrap();
+            assert_eq!(cold, want, "{mode}: {on_t}");
+            assert_eq!(hot, want, "{mode} (hot): {on_t}");
+        }
+    }
+}

@@ -168,10 +168,16 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
             // Nothing in flight, nothing to start: only output waits for the consumer.
             turn.idle();
         }
-        while room && fetches < max_fetches {
+        while out.bytes < out_bytes && fetches < max_fetches {
             if let Some(page_no) = page_range.next() {
-                jobs.push(fetch(page_no, None));
-                fetches += 1;
+                match rows_of.table.cached_heap_page(page_no, steps.counters()) {
+                    // In the pool: its rows now, no task (a boxed future and a wake-up).
+                    Some(page) => out.push(rows_of.rows(page_no, &page, None)?)?,
+                    None => {
+                        jobs.push(fetch(page_no, None));
+                        fetches += 1;
+                    }
+                }
             } else if let Some(walk) = parked.pop_front() {
                 jobs.push(walk.next_leaf());
             } else {
@@ -196,8 +202,14 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
                 Job::Leaf((Some(ids), leaves)) => {
                     for (page_no, slots) in group_by_page(&ids?) {
                         // A sparse index names pages: every row of the page is a candidate.
-                        jobs.push(fetch(page_no, (!sparse).then_some(slots)));
-                        fetches += 1;
+                        let slots = (!sparse).then_some(slots);
+                        match rows_of.table.cached_heap_page(page_no, steps.counters()) {
+                            Some(page) => out.push(rows_of.rows(page_no, &page, slots.as_deref())?)?,
+                            None => {
+                                jobs.push(fetch(page_no, slots));
+                                fetches += 1;
+                            }
+                        }
                     }
                     parked.push_back(Walk::Ids(leaves));
                 }
@@ -244,7 +256,11 @@ struct Queued {
 }
 
 impl Queued {
+    /// Queues `rows` (none: nothing to queue).
     fn push(&mut self, rows: RecordBatch) -> Result<()> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
         let bytes = rows.get_array_memory_size();
         self.memory.try_grow(bytes)?;
         self.bytes += bytes;
