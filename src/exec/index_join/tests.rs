@@ -182,12 +182,7 @@ async fn both(
     with_filter: bool,
     batch_size: usize,
 ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
-    let t = f.table.table();
-    let index = t
-        .indexes()
-        .iter()
-        .position(|i| i.meta.columns[0] == key)
-        .unwrap();
+    let index = index_on(&f.table, key);
     let inner_schema = f.inner.schema();
     let outer_exec = || {
         MemorySourceConfig::try_new_exec(std::slice::from_ref(&outer), outer_schema(), None)
@@ -301,23 +296,60 @@ async fn an_empty_inner_table_matches_nothing() {
     }
 }
 
+/// The position of `table`'s index whose first column is `column`.
+fn index_on(table: &crate::access::TableIo, column: &str) -> usize {
+    table
+        .table()
+        .indexes()
+        .iter()
+        .position(|i| i.meta.columns[0] == column)
+        .unwrap()
+}
+
+/// An inner join of `outer` (key column "ok") with the fixture's table through its
+/// clustering index on "id", read in `mode`, keeping inner rows that pass `predicate`.
+fn join_on_id(
+    f: &Fixture,
+    mode: ExecutionMode,
+    outer: &RecordBatch,
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+) -> Arc<IndexJoinExec> {
+    let table = f.runtime.table(&f.path, mode, false).unwrap();
+    let index = index_on(&table, "id");
+    let outer_exec =
+        MemorySourceConfig::try_new_exec(&[vec![outer.clone()]], outer_schema(), None).unwrap();
+    let inner = InnerSide::try_new(
+        table,
+        "t",
+        index,
+        1,
+        (0..f.inner.num_columns()).collect(),
+        predicate,
+        None,
+    )
+    .unwrap();
+    let config = OoodeConfig {
+        execution_mode: mode,
+        ..OoodeConfig::default()
+    };
+    let query = QueryIo::new(&f.runtime, &config);
+    let join = IndexJoinExec::builder(
+        outer_exec,
+        vec![Arc::new(Column::new("ok", 0))],
+        Arc::new(inner),
+        query,
+    )
+    .build()
+    .unwrap();
+    Arc::new(join)
+}
+
 /// In order a probe may start two page fetches at most, so nearly every probe of a batch
 /// finds the window full: its row ids, found from cached nodes, must wait for their turn,
 /// not be thrown away and looked up again (which descended the tree twice more per probe).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_order_a_probe_descends_the_tree_once() {
     let f = fixture(3000);
-    let table = f
-        .runtime
-        .table(&f.path, ExecutionMode::InOrder, false)
-        .unwrap();
-    let index = table
-        .table()
-        .indexes()
-        .iter()
-        .position(|i| i.meta.columns[0] == "id")
-        .unwrap();
-    let height = table.table().indexes()[index].meta.tree.height as usize;
     let probes = 400;
     let outer = RecordBatch::try_new(
         outer_schema(),
@@ -327,34 +359,11 @@ async fn in_order_a_probe_descends_the_tree_once() {
         ],
     )
     .unwrap();
-    let config = OoodeConfig {
-        execution_mode: ExecutionMode::InOrder,
-        ..OoodeConfig::default()
-    };
-    let join = || {
-        let outer_exec =
-            MemorySourceConfig::try_new_exec(&[vec![outer.clone()]], outer_schema(), None).unwrap();
-        let inner = InnerSide::try_new(
-            table.clone(),
-            "t",
-            index,
-            1,
-            (0..f.inner.num_columns()).collect(),
-            None,
-            None,
-        )
-        .unwrap();
-        let query = QueryIo::new(&f.runtime, &config);
-        let join = IndexJoinExec::builder(
-            outer_exec,
-            vec![Arc::new(Column::new("ok", 0))],
-            Arc::new(inner),
-            query,
-        )
-        .build()
-        .unwrap();
-        Arc::new(join)
-    };
+    let join = || join_on_id(&f, ExecutionMode::InOrder, &outer, None);
+    let height = f.table.table().indexes()[index_on(&f.table, "id")]
+        .meta
+        .tree
+        .height as usize;
     // A first run reads every page the second one visits.
     let cold = collect(join(), task(256)).await.unwrap();
     let hot_join = join();
@@ -389,56 +398,23 @@ async fn in_order_a_probe_descends_the_tree_once() {
 async fn hot_probes_that_find_no_rows_finish() {
     use datafusion::physical_expr::expressions::lit;
     let f = fixture(3000);
+    let outer = RecordBatch::try_new(
+        outer_schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values((0..500).map(|i| i * 5))),
+            Arc::new(Int64Array::from_iter_values(0..500)),
+        ],
+    )
+    .unwrap();
     for mode in [ExecutionMode::InOrder, ExecutionMode::OutOfOrder] {
-        let table = f.runtime.table(&f.path, mode, false).unwrap();
-        let index = table
-            .table()
-            .indexes()
-            .iter()
-            .position(|i| i.meta.columns[0] == "id")
-            .unwrap();
-        let outer = RecordBatch::try_new(
-            outer_schema(),
-            vec![
-                Arc::new(Int64Array::from_iter_values((0..500).map(|i| i * 5))),
-                Arc::new(Int64Array::from_iter_values(0..500)),
-            ],
-        )
-        .unwrap();
-        let config = OoodeConfig {
-            execution_mode: mode,
-            ..OoodeConfig::default()
-        };
         // w = id: below 1000 the first 200 keys pass, the other 300 find pages of no row.
         let join = |bound: i64| {
-            let outer_exec =
-                MemorySourceConfig::try_new_exec(&[vec![outer.clone()]], outer_schema(), None)
-                    .unwrap();
             let predicate: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
                 Arc::new(Column::new("w", 2)),
                 Operator::Lt,
                 lit(bound),
             ));
-            let inner = InnerSide::try_new(
-                table.clone(),
-                "t",
-                index,
-                1,
-                (0..f.inner.num_columns()).collect(),
-                Some(predicate),
-                None,
-            )
-            .unwrap();
-            let query = QueryIo::new(&f.runtime, &config);
-            let join = IndexJoinExec::builder(
-                outer_exec,
-                vec![Arc::new(Column::new("ok", 0))],
-                Arc::new(inner),
-                query,
-            )
-            .build()
-            .unwrap();
-            Arc::new(join)
+            join_on_id(&f, mode, &outer, Some(predicate))
         };
         let rows = |b: &[RecordBatch]| b.iter().map(|b| b.num_rows()).sum::<usize>();
         for bound in [1000, -1] {
