@@ -13,6 +13,7 @@ use datafusion::arrow::datatypes::{
     UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use datafusion::common::{Result, plan_err};
+use ooode::storage::checksum::crc32c_append;
 
 /// The name of this hash in shard maps.
 pub const HASH_NAME: &str = "crc32c-v1";
@@ -64,12 +65,12 @@ pub fn shard_of_value(column: &ArrayRef, row: usize, shards: u32) -> u32 {
 
 fn fold(seed: u32, column: &ArrayRef, row: usize) -> u32 {
     if column.is_null(row) {
-        return crc32c::crc32c_append(seed, &[0]);
+        return crc32c_append(seed, &[0]);
     }
-    let int = |v: i64| crc32c::crc32c_append(seed, &[&[1u8][..], &v.to_le_bytes()].concat());
+    let int = |v: i64| crc32c_append(seed, &[&[1u8][..], &v.to_le_bytes()].concat());
     let bytes = |b: &[u8]| {
         let len = (b.len() as u64).to_le_bytes();
-        crc32c::crc32c_append(crc32c::crc32c_append(seed, &[&[2u8][..], &len].concat()), b)
+        crc32c_append(crc32c_append(seed, &[&[2u8][..], &len].concat()), b)
     };
     match column.data_type() {
         DataType::Int8 => int(column.as_primitive::<Int8Type>().value(row).into()),
@@ -85,7 +86,7 @@ fn fold(seed: u32, column: &ArrayRef, row: usize) -> u32 {
         DataType::Date64 => int(column.as_primitive::<Date64Type>().value(row)),
         DataType::Decimal128(_, _) => {
             let v = column.as_primitive::<Decimal128Type>().value(row);
-            crc32c::crc32c_append(seed, &[&[3u8][..], &v.to_le_bytes()].concat())
+            crc32c_append(seed, &[&[3u8][..], &v.to_le_bytes()].concat())
         }
         DataType::Utf8 => bytes(column.as_string::<i32>().value(row).as_bytes()),
         DataType::LargeUtf8 => bytes(column.as_string::<i64>().value(row).as_bytes()),

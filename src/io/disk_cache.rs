@@ -222,7 +222,7 @@ impl DiskCache {
             .read(file.reader, (slot * file.len) as u64, file.len)
             .await;
         match read {
-            Ok(page) if crc32c::crc32c(&page) == crc => {
+            Ok(page) if crate::storage::checksum::crc32c(&page) == crc => {
                 self.hits.fetch_add(1, Relaxed);
                 Some(page)
             }
@@ -255,7 +255,7 @@ impl DiskCache {
                 None => return,
             }
         };
-        let crc = crc32c::crc32c(&page);
+        let crc = crate::storage::checksum::crc32c(&page);
         let write = move || {
             let at = (slot * file.len) as u64;
             let ok = file.writer.write_all_at(&page, at).is_ok();

@@ -50,7 +50,7 @@ impl BlockSums {
     pub fn of(bytes: &[u8], block_size: u32) -> Self {
         let crcs = bytes
             .chunks(block_size.max(1) as usize)
-            .map(crc32c::crc32c)
+            .map(crate::storage::checksum::crc32c)
             .collect();
         Self {
             block_size: block_size.max(1),
@@ -77,7 +77,7 @@ impl BlockSums {
             if filled == 0 {
                 break;
             }
-            crcs.push(crc32c::crc32c(&block[..filled]));
+            crcs.push(crate::storage::checksum::crc32c(&block[..filled]));
             file_len += filled as u64;
             if filled < block.len() {
                 break;
@@ -127,7 +127,7 @@ impl BlockSums {
     /// Parses a side file read from `file`, checking it against the manifest's `expected`.
     pub fn from_bytes(bytes: &[u8], expected: &SumsRef, file: &Path) -> Result<Self> {
         let bad = |why: String| StorageError::corrupted(file, None, why);
-        let crc = crc32c::crc32c(bytes);
+        let crc = crate::storage::checksum::crc32c(bytes);
         if crc != expected.crc {
             return Err(bad(format!(
                 "checksum mismatch (manifest {:#010x}, file {crc:#010x})",
@@ -182,7 +182,9 @@ impl BlockSums {
             let block = first + i as u64;
             let expected_len = b.min(self.file_len.saturating_sub(block * b));
             let crc = self.crcs.get(block as usize);
-            if chunk.len() as u64 != expected_len || crc != Some(&crc32c::crc32c(chunk)) {
+            if chunk.len() as u64 != expected_len
+                || crc != Some(&crate::storage::checksum::crc32c(chunk))
+            {
                 return Err(StorageError::corrupted(
                     file,
                     None,
@@ -209,7 +211,7 @@ mod tests {
         let bytes = sums.to_bytes();
         let sref = SumsRef {
             file: "x.sums".into(),
-            crc: crc32c::crc32c(&bytes),
+            crc: crate::storage::checksum::crc32c(&bytes),
         };
         let file = Path::new("columns.parquet");
         let back = BlockSums::from_bytes(&bytes, &sref, file).unwrap();

@@ -635,7 +635,7 @@ impl TableWriter {
                     .map_err(|e| StorageError::io(&sums_path, "write", e))?;
                 let sums_ref = SumsRef {
                     file: sums_name,
-                    crc: crc32c::crc32c(&sums),
+                    crc: crate::storage::checksum::crc32c(&sums),
                 };
                 (Some(COLUMNAR_FILE.to_string()), Some(sums_ref))
             }

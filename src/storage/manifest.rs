@@ -155,7 +155,7 @@ impl Manifest {
         let mut copy = self.clone();
         copy.checksum = 0;
         let text = serde_json::to_string_pretty(&copy).expect("manifest serializes");
-        crc32c::crc32c(text.as_bytes())
+        crate::storage::checksum::crc32c(text.as_bytes())
     }
 
     /// Serializes the manifest with its checksum filled in.

@@ -16,6 +16,7 @@
 //! [`btree::node`], index keys in [`key`]. `docs/format.md` collects the layouts.
 
 pub mod btree;
+pub mod checksum;
 pub mod columnar_sums;
 pub mod error;
 pub mod heap;

@@ -110,9 +110,9 @@ pub fn seal_page(page: &mut [u8], kind: PageKind, page_no: u64) {
 }
 
 fn page_crc(page: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&page[..CRC_RANGE.start]);
-    let crc = crc32c::crc32c_append(crc, &[0u8; 4]);
-    crc32c::crc32c_append(crc, &page[CRC_RANGE.end..])
+    let crc = crate::storage::checksum::crc32c(&page[..CRC_RANGE.start]);
+    let crc = crate::storage::checksum::crc32c_append(crc, &[0u8; 4]);
+    crate::storage::checksum::crc32c_append(crc, &page[CRC_RANGE.end..])
 }
 
 /// Verifies the header and checksum of `page`, read as page `page_no` of `file`, and that it is

@@ -67,7 +67,7 @@ impl SegmentList {
         let mut copy = self.clone();
         copy.checksum = 0;
         let text = serde_json::to_string_pretty(&copy).expect("segment list serializes");
-        copy.checksum = crc32c::crc32c(text.as_bytes());
+        copy.checksum = crate::storage::checksum::crc32c(text.as_bytes());
         copy
     }
 
