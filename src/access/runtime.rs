@@ -230,6 +230,11 @@ impl OoodeRuntime {
         self.long_slots.lock().clone()
     }
 
+    /// Page buffers freed for reuse.
+    pub fn recycler(&self) -> &Arc<Recycler> {
+        &self.recycler
+    }
+
     /// The buffer pool.
     pub fn pool(&self) -> &Arc<BufferPool> {
         &self.pool

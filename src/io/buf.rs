@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
@@ -24,6 +25,8 @@ use crate::storage::page::AlignedBuf;
 pub struct Recycler {
     free: Mutex<Free>,
     keep_bytes: usize,
+    /// Buffers allocated because none was free.
+    fresh: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +41,7 @@ impl Recycler {
         Arc::new(Self {
             free: Mutex::new(Free::default()),
             keep_bytes,
+            fresh: AtomicU64::new(0),
         })
     }
 
@@ -50,6 +54,7 @@ impl Recycler {
             return buf;
         }
         drop(free);
+        self.fresh.fetch_add(1, Relaxed);
         AlignedBuf::zeroed(len)
     }
 
@@ -61,6 +66,11 @@ impl Recycler {
             free.bytes += len;
             free.by_len.entry(len).or_default().push(buf);
         }
+    }
+
+    /// Buffers allocated so far because none of their size was free.
+    pub fn fresh_buffers(&self) -> u64 {
+        self.fresh.load(Relaxed)
     }
 
     /// Bytes of free buffers kept.

@@ -35,6 +35,9 @@ pub struct Fig4Point {
     pub secs: Option<f64>,
     /// Pages read by ooode (None for Parquet).
     pub pages_read: Option<u64>,
+    /// For in-order cold runs: fio's random 8 KiB reads at depth 1 on the lineitem heap, IOPS,
+    /// the mean of one second right before the run and one right after (None without fio).
+    pub fio_qd1_beside: Option<f64>,
     /// Sorted result rows (checked equal across engines).
     #[serde(skip)]
     pub result: Vec<String>,
@@ -160,6 +163,11 @@ pub async fn run_with(
                     pool.clear();
                     timed_rows(ooode, &sql, limit).await?;
                 }
+                // The baseline's reads are set next to the disk of the same minute.
+                let beside = (cache == "cold" && name == "ooode in_order")
+                    .then_some(contexts.fio_file.as_deref())
+                    .flatten();
+                let fio_before = beside.and_then(fio_qd1);
                 let before = ooode_reads(&pool);
                 let sampler = sample.then(|| {
                     ooode::io::Sampler::start(engine_metrics.clone(), Duration::from_millis(10))
@@ -175,6 +183,11 @@ pub async fn run_with(
                 if let Some(s) = sampler {
                     io_samples = s.finish();
                 }
+                let pages_read = (ooode_reads(&pool) - before) / runs as u64;
+                let fio_qd1_beside = match (fio_before, beside.and_then(fio_qd1)) {
+                    (Some(a), Some(b)) => Some((a + b) / 2.0),
+                    _ => None,
+                };
                 eprintln!("N={n:<6} {cache} {name:<20} {}", fmt_secs(secs));
                 points.push(Fig4Point {
                     n,
@@ -182,7 +195,8 @@ pub async fn run_with(
                     engine: name.into(),
                     cache: cache.into(),
                     secs,
-                    pages_read: Some((ooode_reads(&pool) - before) / runs as u64),
+                    pages_read: Some(pages_read),
+                    fio_qd1_beside,
                     result,
                 });
             }
@@ -211,6 +225,7 @@ pub async fn run_with(
                 cache: cache.into(),
                 secs,
                 pages_read: None,
+                fio_qd1_beside: None,
                 result,
             });
         }
@@ -222,6 +237,14 @@ pub async fn run_with(
         .collect()
         .await?;
     Ok(Fig4Report { points, io_samples })
+}
+
+/// fio at depth 1 on `file` for a second (IOPS), if fio runs.
+fn fio_qd1(file: &std::path::Path) -> Option<f64> {
+    crate::iobench::ensure_fio()
+        .then(|| crate::iobench::run_fio(file, 8192, 1, 1.0, "io_uring").ok())
+        .flatten()
+        .map(|(iops, _)| iops)
 }
 
 fn ooode_reads(pool: &ooode::io::BufferPool) -> u64 {
@@ -254,11 +277,12 @@ pub fn mismatches(points: &[Fig4Point]) -> Vec<String> {
 
 /// A text table: one row per N and cache state, seconds per engine, speedups.
 pub fn format_points(points: &[Fig4Point]) -> String {
+    // None: not run; Some(None): ran past the time limit.
     let get = |n: u64, cache: &str, engine: &str| {
         points
             .iter()
             .find(|p| p.n == n && p.cache == cache && p.engine == engine)
-            .and_then(|p| p.secs)
+            .map(|p| p.secs)
     };
     let mut ns: Vec<u64> = points.iter().map(|p| p.n).collect();
     ns.dedup();
@@ -276,11 +300,12 @@ pub fn format_points(points: &[Fig4Point]) -> String {
         "parq/auto",
         "heap/auto"
     );
-    let f = |s: Option<f64>| {
-        s.map(|s| format!("{s:.3}"))
-            .unwrap_or_else(|| "timeout".into())
+    let f = |s: Option<Option<f64>>| match s {
+        Some(Some(s)) => format!("{s:.3}"),
+        Some(None) => "timeout".into(),
+        None => "-".into(),
     };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+    let ratio = |a: Option<Option<f64>>, b: Option<Option<f64>>| match (a.flatten(), b.flatten()) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
         _ => "-".into(),
     };
@@ -317,12 +342,47 @@ pub fn format_points(points: &[Fig4Point]) -> String {
     out
 }
 
-/// Reads per second of each engine's cold runs (pages read / seconds), per N: the in-order
-/// figure is the baseline's, to set next to fio at depth 1.
-pub fn cold_iops(points: &[Fig4Point], engine: &str) -> Vec<(u64, f64)> {
+/// Reads per second of each engine's cold runs (pages read / seconds), per N, with fio's
+/// depth-1 IOPS measured beside the run where it was: the in-order figure is the baseline's,
+/// to set next to fio at depth 1.
+pub fn cold_iops(points: &[Fig4Point], engine: &str) -> Vec<(u64, f64, Option<f64>)> {
     points
         .iter()
         .filter(|p| p.engine == engine && p.cache == "cold")
-        .filter_map(|p| Some((p.n, p.pages_read? as f64 / p.secs?)))
+        .filter_map(|p| Some((p.n, p.pages_read? as f64 / p.secs?, p.fio_qd1_beside)))
         .collect()
+}
+
+/// Lines of cold reads per second, in order and out of order, next to fio at depth 1: beside
+/// the run (in order) and `fio_after` (after the sweep), where measured.
+pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<f64>) -> String {
+    let mut out = String::new();
+    for (engine, label) in [
+        ("ooode in_order", "in order"),
+        ("ooode out_of_order", "out of order"),
+    ] {
+        let iops: Vec<String> = cold_iops(points, engine)
+            .iter()
+            .map(|&(n, iops, beside)| {
+                let mut of = Vec::new();
+                if let Some(b) = beside {
+                    of.push(format!("{:.0} % of fio QD1 beside it", iops / b * 100.0));
+                }
+                if let Some(a) = fio_after {
+                    of.push(format!(
+                        "{:.0} % of fio QD1 after the sweep",
+                        iops / a * 100.0
+                    ));
+                }
+                match of.is_empty() {
+                    true => format!("N={n} {iops:.0}"),
+                    false => format!("N={n} {iops:.0} ({})", of.join(", ")),
+                }
+            })
+            .collect();
+        if !iops.is_empty() {
+            out += &format!("{label}, cold, reads per second: {}\n", iops.join(", "));
+        }
+    }
+    out
 }

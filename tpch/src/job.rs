@@ -60,17 +60,10 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         crate::report::fio_summary(&machine),
     );
 
-    let qd1 = machine.fio_iops_qd1.unwrap_or(f64::NAN);
-    for (engine, label) in [
-        ("ooode in_order", "in order"),
-        ("ooode out_of_order", "out of order"),
-    ] {
-        let iops: Vec<String> = crate::fig4::cold_iops(&fig4.points, engine)
-            .iter()
-            .map(|(n, iops)| format!("N={n} {iops:.0} ({:.0} % of fio QD1)", iops / qd1 * 100.0))
-            .collect();
-        println!("{label}, cold, reads per second: {}", iops.join(", "));
-    }
+    print!(
+        "{}",
+        crate::fig4::format_cold_iops(&fig4.points, machine.fio_iops_qd1)
+    );
 
     eprintln!("== Q3' ... Q17': out of order vs in order vs DataFusion, cold / hot / cross");
     let paper_queries = crate::paper::load_queries(&queries.join("paper"), sf)?;

@@ -380,6 +380,10 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 "Fig. 4 query, TPC-H SF {sf}:\n{}",
                 ooode_tpch::fig4::format_points(&report.points)
             );
+            print!(
+                "{}",
+                ooode_tpch::fig4::format_cold_iops(&report.points, None)
+            );
             for m in ooode_tpch::fig4::mismatches(&report.points) {
                 println!("MISMATCH: {m}");
             }

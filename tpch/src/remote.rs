@@ -149,6 +149,7 @@ async fn contexts(server: &S3Server) -> Result<Contexts, BoxError> {
         // Stock DataFusion keeps no data pages; its Parquet metadata stays, as ooode's does.
         stock_cold: Box::new(|| true),
         sampled,
+        fio_file: None,
     })
 }
 
@@ -378,6 +379,7 @@ pub fn write(r: &RemoteReport, dir: &Path) -> Result<Vec<String>, BoxError> {
                 cache: "warm disk".into(),
                 secs: w.secs,
                 pages_read: None,
+                fio_qd1_beside: None,
                 result: Vec::new(),
             })
             .collect(),

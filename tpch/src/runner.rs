@@ -240,6 +240,10 @@ pub struct Contexts {
     pub stock_cold: Box<dyn Fn() -> bool + Send + Sync>,
     /// The out-of-order engine whose reads are drawn over time.
     pub sampled: Arc<ooode::io::IoMetrics>,
+    /// A local file fio reads right beside the in-order cold runs (the disk's speed drifts
+    /// over minutes: the baseline is compared with the disk of that moment); None for
+    /// remote tables.
+    pub fio_file: Option<std::path::PathBuf>,
 }
 
 impl Contexts {
@@ -255,6 +259,7 @@ impl Contexts {
             ooode,
             stock_cold: Box::new(crate::fig4::drop_os_cache),
             sampled,
+            fio_file: Some(data.ooode_table("lineitem").join("heap.0.pages")),
         })
     }
 }
