@@ -65,6 +65,10 @@ pub struct ConcurrencyPoint {
     pub device_queue_ms: Option<f64>,
     /// Process CPU, percent of one core.
     pub cpu_percent: f64,
+    /// fio's random 8 KiB reads at depth 64 on the lineitem heap, IOPS: the mean of two
+    /// seconds right before the run and two right after (ooode's mixed runs; None without
+    /// fio). The device drifts over minutes, so its share is taken against this.
+    pub fio_qd64_beside: Option<f64>,
     /// Where the slowest point lookups' time went (ooode only).
     pub point_tail: Option<PointTail>,
 }
@@ -267,6 +271,30 @@ async fn sessions(
 }
 
 /// Runs `clients` clients of `engine` for `secs` seconds from a cold start.
+/// [`run_point`] of a mixed workload; ooode's with fio at depth 64 right before and after.
+async fn run_beside_fio(
+    data: &DataSet,
+    engine: Engine,
+    clients: usize,
+    secs: f64,
+    ooode_settings: &[String],
+) -> Result<Run, BoxError> {
+    let heap = data.ooode_table("lineitem").join("heap.0.pages");
+    let fio = || {
+        (engine == Engine::Ooode && crate::iobench::ensure_fio())
+            .then(|| crate::iobench::run_fio(&heap, 8192, 64, 2.0, "io_uring").ok())
+            .flatten()
+            .map(|(iops, _)| iops)
+    };
+    let before = fio();
+    let mut run = run_point(data, engine, clients, secs, ooode_settings, false).await?;
+    run.point.fio_qd64_beside = match (before, fio()) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        _ => None,
+    };
+    Ok(run)
+}
+
 async fn run_point(
     data: &DataSet,
     engine: Engine,
@@ -390,6 +418,7 @@ async fn run_point(
             device_queued_share,
             device_queue_ms,
             cpu_percent: cpu / elapsed * 100.0,
+            fio_qd64_beside: None,
             point_tail: match engine {
                 Engine::Ooode => PointTail::of(&point_timings),
                 Engine::Parquet => None,
@@ -502,6 +531,13 @@ fn print_run(p: &ConcurrencyPoint) {
         p.cpu_percent,
         p.workload
     );
+    if let Some(fio) = p.fio_qd64_beside {
+        eprintln!(
+            "{:<20} {c:>3} clients: fio at depth 64 beside the run {fio:.0} IOPS (device at {:.0} %)",
+            "",
+            p.device_iops / fio * 100.0
+        );
+    }
     if let Some(tail) = &p.point_tail {
         eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
     }
@@ -552,7 +588,7 @@ pub async fn run(
     for &c in clients {
         let mut runs = Vec::new();
         for &engine in engines {
-            let run = run_point(data, engine, c, secs, &settings, false).await?;
+            let run = run_beside_fio(data, engine, c, secs, &settings).await?;
             print_run(&run.point);
             runs.push(run);
         }
@@ -563,7 +599,7 @@ pub async fn run(
             // The same clients with every long query reading at once (turns off).
             let mut all_at_once = settings.clone();
             all_at_once.push("SET ooode.max_long_queries = 0".to_string());
-            let mut run = run_point(data, Engine::Ooode, c, secs, &all_at_once, false).await?;
+            let mut run = run_beside_fio(data, Engine::Ooode, c, secs, &all_at_once).await?;
             run.point.workload = NO_TURNS.to_string();
             print_run(&run.point);
             compare(&run, &runs[1]);
@@ -596,7 +632,8 @@ pub async fn run(
     })
 }
 
-/// The table of a report.
+/// The table of a report; `% fio64` is against fio measured beside the run where it was,
+/// else against `fio_qd64`.
 pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
     let mut out = format!(
         "{:<20} {:<13} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>6}\n",
@@ -622,10 +659,12 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
             p.p99_ms,
             p.point_p99_ms,
             p.device_iops,
-            fio_qd64.map_or("n/a".into(), |f| format!(
-                "{:.0}",
-                p.device_iops / f * 100.0
-            )),
+            p.fio_qd64_beside
+                .or(fio_qd64)
+                .map_or("n/a".into(), |f| format!(
+                    "{:.0}",
+                    p.device_iops / f * 100.0
+                )),
             p.cpu_percent
         );
     }
