@@ -353,14 +353,15 @@ pub fn cold_iops(points: &[Fig4Point], engine: &str) -> Vec<(u64, f64, Option<f6
         .collect()
 }
 
-/// Lines of cold reads per second, in order and out of order, next to fio at depth 1: beside
-/// the run (in order) and `fio_after` (after the sweep), where measured.
-pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<f64>) -> String {
+/// Lines of cold reads per second next to fio: in order against depth 1 (beside the run, and
+/// `fio_after` after the sweep, as QD1 / QD64), out of order against depth 64 after the sweep.
+pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<(f64, f64)>) -> String {
     let mut out = String::new();
     for (engine, label) in [
         ("ooode in_order", "in order"),
         ("ooode out_of_order", "out of order"),
     ] {
+        let in_order = engine == "ooode in_order";
         let iops: Vec<String> = cold_iops(points, engine)
             .iter()
             .map(|&(n, iops, beside)| {
@@ -368,11 +369,16 @@ pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<f64>) -> String 
                 if let Some(b) = beside {
                     of.push(format!("{:.0} % of fio QD1 beside it", iops / b * 100.0));
                 }
-                if let Some(a) = fio_after {
-                    of.push(format!(
+                match fio_after {
+                    Some((qd1, _)) if in_order => of.push(format!(
                         "{:.0} % of fio QD1 after the sweep",
-                        iops / a * 100.0
-                    ));
+                        iops / qd1 * 100.0
+                    )),
+                    Some((_, qd64)) => of.push(format!(
+                        "{:.0} % of fio QD64 after the sweep",
+                        iops / qd64 * 100.0
+                    )),
+                    None => {}
                 }
                 match of.is_empty() {
                     true => format!("N={n} {iops:.0}"),
@@ -385,4 +391,42 @@ pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<f64>) -> String 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(engine: &str, pages: u64, secs: f64, beside: Option<f64>) -> Fig4Point {
+        Fig4Point {
+            n: 150,
+            selectivity: 0.001,
+            engine: engine.into(),
+            cache: "cold".into(),
+            secs: Some(secs),
+            pages_read: Some(pages),
+            fio_qd1_beside: beside,
+            result: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn cold_reads_are_set_against_the_right_fio() {
+        let points = [
+            point("ooode in_order", 1000, 1.0, Some(2000.0)),
+            point("ooode out_of_order", 5000, 1.0, None),
+            point("ooode in_order", 0, 1.0, None),
+        ];
+        let text = format_cold_iops(&points[..2], Some((4000.0, 10_000.0)));
+        assert_eq!(
+            text,
+            "in order, cold, reads per second: N=150 1000 (50 % of fio QD1 beside it, 25 % of \
+             fio QD1 after the sweep)\nout of order, cold, reads per second: N=150 5000 (50 % \
+             of fio QD64 after the sweep)\n"
+        );
+        assert_eq!(
+            format_cold_iops(&points[2..], None),
+            "in order, cold, reads per second: N=150 0\n"
+        );
+    }
 }

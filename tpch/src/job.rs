@@ -62,7 +62,10 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
 
     print!(
         "{}",
-        crate::fig4::format_cold_iops(&fig4.points, machine.fio_iops_qd1)
+        crate::fig4::format_cold_iops(
+            &fig4.points,
+            machine.fio_iops_qd1.zip(machine.fio_iops_qd64),
+        )
     );
 
     eprintln!("== Q3' ... Q17': out of order vs in order vs DataFusion, cold / hot / cross");
