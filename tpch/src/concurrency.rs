@@ -281,17 +281,13 @@ async fn run_beside_fio(
 ) -> Result<Run, BoxError> {
     let heap = data.ooode_table("lineitem").join("heap.0.pages");
     let fio = || {
-        (engine == Engine::Ooode && crate::iobench::ensure_fio())
-            .then(|| crate::iobench::run_fio(&heap, 8192, 64, 2.0, "io_uring").ok())
+        (engine == Engine::Ooode)
+            .then(|| crate::iobench::fio_iops(&heap, 64, 2.0))
             .flatten()
-            .map(|(iops, _)| iops)
     };
     let before = fio();
     let mut run = run_point(data, engine, clients, secs, ooode_settings, false).await?;
-    run.point.fio_qd64_beside = match (before, fio()) {
-        (Some(a), Some(b)) => Some((a + b) / 2.0),
-        _ => None,
-    };
+    run.point.fio_qd64_beside = before.zip(fio()).map(|(a, b)| (a + b) / 2.0);
     Ok(run)
 }
 

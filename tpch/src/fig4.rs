@@ -167,6 +167,7 @@ pub async fn run_with(
                 let beside = (cache == "cold" && name == "ooode in_order")
                     .then_some(contexts.fio_file.as_deref())
                     .flatten();
+                let fio_qd1 = |file| crate::iobench::fio_iops(file, 1, 1.0);
                 let fio_before = beside.and_then(fio_qd1);
                 let before = ooode_reads(&pool);
                 let sampler = sample.then(|| {
@@ -184,10 +185,9 @@ pub async fn run_with(
                     io_samples = s.finish();
                 }
                 let pages_read = (ooode_reads(&pool) - before) / runs as u64;
-                let fio_qd1_beside = match (fio_before, beside.and_then(fio_qd1)) {
-                    (Some(a), Some(b)) => Some((a + b) / 2.0),
-                    _ => None,
-                };
+                let fio_qd1_beside = fio_before
+                    .zip(beside.and_then(fio_qd1))
+                    .map(|(a, b)| (a + b) / 2.0);
                 eprintln!("N={n:<6} {cache} {name:<20} {}", fmt_secs(secs));
                 points.push(Fig4Point {
                     n,
@@ -237,14 +237,6 @@ pub async fn run_with(
         .collect()
         .await?;
     Ok(Fig4Report { points, io_samples })
-}
-
-/// fio at depth 1 on `file` for a second (IOPS), if fio runs.
-fn fio_qd1(file: &std::path::Path) -> Option<f64> {
-    crate::iobench::ensure_fio()
-        .then(|| crate::iobench::run_fio(file, 8192, 1, 1.0, "io_uring").ok())
-        .flatten()
-        .map(|(iops, _)| iops)
 }
 
 fn ooode_reads(pool: &ooode::io::BufferPool) -> u64 {

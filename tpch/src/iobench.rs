@@ -147,6 +147,15 @@ pub fn ensure_fio() -> bool {
     present()
 }
 
+/// fio's IOPS for random 8 KiB reads of `file` at `depth` (io_uring) for `secs`; None when fio
+/// is missing or fails. For measuring the disk right beside a run.
+pub fn fio_iops(file: &Path, depth: usize, secs: f64) -> Option<f64> {
+    ensure_fio()
+        .then(|| run_fio(file, 8192, depth, secs, "io_uring").ok())
+        .flatten()
+        .map(|(iops, _)| iops)
+}
+
 /// Runs fio: random reads of `file`, O_DIRECT, block `bs`, `depth` in flight; returns IOPS and
 /// CPU microseconds per read.
 pub fn run_fio(
