@@ -207,10 +207,10 @@ impl Found for KeyRows {
 pub fn lookup_leaves(
     table: Arc<TableIo>,
     index: usize,
-    range: KeyRange,
+    range: impl Into<Arc<KeyRange>>,
     ctx: StepCtx,
 ) -> impl Stream<Item = Result<Vec<u64>>> + Send + 'static {
-    walk_leaves(table, index, range, ctx, Vec::new)
+    walk_leaves(table, index, range.into(), ctx, Vec::new)
 }
 
 /// The keys in `range` of the `index`-th index of `table`, decoded by `decoder`, one leaf at
@@ -218,17 +218,17 @@ pub fn lookup_leaves(
 pub fn lookup_keys(
     table: Arc<TableIo>,
     index: usize,
-    range: KeyRange,
+    range: impl Into<Arc<KeyRange>>,
     ctx: StepCtx,
     decoder: Arc<KeyDecoder>,
 ) -> impl Stream<Item = Result<KeyRows>> + Send + 'static {
-    walk_leaves(table, index, range, ctx, move || decoder.rows())
+    walk_leaves(table, index, range.into(), ctx, move || decoder.rows())
 }
 
 fn walk_leaves<T: Found>(
     table: Arc<TableIo>,
     index: usize,
-    range: KeyRange,
+    range: Arc<KeyRange>,
     ctx: StepCtx,
     empty: impl Fn() -> T + Clone + Send + Sync + 'static,
 ) -> impl Stream<Item = Result<T>> + Send + 'static {
@@ -251,7 +251,7 @@ fn part_leaves<T: Found>(
     table: Arc<TableIo>,
     part: usize,
     index: usize,
-    range: KeyRange,
+    range: Arc<KeyRange>,
     ctx: StepCtx,
     empty: impl Fn() -> T + Send + Sync + 'static,
 ) -> impl Stream<Item = Result<T>> + Send + 'static {
@@ -399,7 +399,7 @@ impl LeafReadAhead {
 pub fn lookup_cached(
     table: &TableIo,
     index: usize,
-    range: KeyRange,
+    range: &Arc<KeyRange>,
     counters: &Counters,
     max: usize,
 ) -> Result<Option<Vec<u64>>> {
@@ -411,7 +411,7 @@ pub fn lookup_cached(
 pub fn lookup_cached_keys(
     table: &TableIo,
     index: usize,
-    range: KeyRange,
+    range: &Arc<KeyRange>,
     counters: &Counters,
     max: usize,
     decoder: &Arc<KeyDecoder>,
@@ -422,7 +422,7 @@ pub fn lookup_cached_keys(
 fn lookup_cached_into<T: Found>(
     table: &TableIo,
     index: usize,
-    range: KeyRange,
+    range: &Arc<KeyRange>,
     counters: &Counters,
     max: usize,
     mut out: T,

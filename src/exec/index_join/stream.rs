@@ -113,13 +113,24 @@ struct OuterBatch {
 
 struct Probe {
     outer: u64,
-    rows: Arc<[u32]>,
-    key: Arc<[u8]>,
+    rows: Vec<u32>,
+    /// The rows with its key: a prefix range, shared by the probe's walks.
+    range: Arc<KeyRange>,
     /// Walk still going, fetches pending, pair items queued.
     pending: usize,
     matched: Option<Vec<bool>>,
     /// A semi or anti join without filter has its answer once any row matched.
     settled: bool,
+}
+
+impl Probe {
+    /// The encoded key it looks up (its range's lower bound).
+    fn key(&self) -> &[u8] {
+        match &self.range.lower {
+            std::ops::Bound::Included(key) | std::ops::Bound::Excluded(key) => key,
+            std::ops::Bound::Unbounded => &[],
+        }
+    }
 }
 
 enum Work {
@@ -294,15 +305,14 @@ impl Join {
         );
         for (key, rows) in keyed {
             let id = self.id();
-            let range = KeyRange::prefix(key.clone());
-            let key: Arc<[u8]> = key.into();
+            let range = Arc::new(KeyRange::prefix(key));
             let matched = self.spec.tracks_matches().then(|| vec![false; rows.len()]);
             self.probes.insert(
                 id,
                 Probe {
                     outer: outer_id,
-                    rows: rows.into(),
-                    key,
+                    rows,
+                    range: range.clone(),
                     pending: 1,
                     matched,
                     settled: false,
@@ -316,7 +326,7 @@ impl Join {
             let found = lookup_cached(
                 &self.inner.table,
                 self.inner.index,
-                range.clone(),
+                &range,
                 self.steps.counters(),
                 CACHED_LOOKUP_VALUES,
             )?;
@@ -350,11 +360,16 @@ impl Join {
 
     /// Starts an index-only probe: its keys at once when the index nodes are all cached,
     /// else a walk.
-    fn start_keys(&mut self, id: u64, range: KeyRange, keys: &Arc<IndexColumns>) -> Result<()> {
+    fn start_keys(
+        &mut self,
+        id: u64,
+        range: Arc<KeyRange>,
+        keys: &Arc<IndexColumns>,
+    ) -> Result<()> {
         let found = lookup_cached_keys(
             &self.inner.table,
             self.inner.index,
-            range.clone(),
+            &range,
             self.steps.counters(),
             CACHED_LOOKUP_VALUES,
             keys.decoder(),
@@ -450,9 +465,10 @@ impl Join {
                 let page = self.inner.page_view(&decoded)?;
                 for (probe, slots) in waiting {
                     let found = match self.probes.get(&probe) {
-                        Some(p) if !p.settled => self
-                            .inner
-                            .probe_rows(&decoded, &page, page_no, &slots, &p.key)?,
+                        Some(p) if !p.settled => {
+                            self.inner
+                                .probe_rows(&decoded, &page, page_no, &slots, p.key())?
+                        }
                         _ => Vec::new(),
                     };
                     self.add_rows(probe, &page.rows, found)?;

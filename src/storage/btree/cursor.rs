@@ -19,6 +19,7 @@
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::builder::TreeShape;
 use super::node::{NO_PAGE, NodeRef};
@@ -85,31 +86,67 @@ impl KeyRange {
 }
 
 /// Where a descent is headed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
-    /// The first entry.
+/// Where a descent goes: a bound of a range the search shares (a lookup per probe key then
+/// copies no key for its descent).
+#[derive(Debug, Clone)]
+struct Target {
+    range: Arc<KeyRange>,
+    upper: bool,
+}
+
+/// A target resolved for one node's search.
+enum Position<'a> {
+    /// Before the first entry.
     Start,
-    /// The first entry with key >= k.
-    FirstGe(Vec<u8>),
-    /// The first entry with key > k.
-    FirstGt(Vec<u8>),
+    /// After the last entry.
+    End,
+    /// Before the first key above `key` (`past_equal`) or not below it.
+    Key { key: &'a [u8], past_equal: bool },
 }
 
 impl Target {
-    fn from_lower(b: &Bound<Vec<u8>>) -> Self {
-        match b {
-            Bound::Unbounded => Self::Start,
-            Bound::Included(k) => Self::FirstGe(k.clone()),
-            Bound::Excluded(k) => Self::FirstGt(k.clone()),
+    /// The first entry in `range`.
+    fn lower(range: Arc<KeyRange>) -> Self {
+        Self {
+            range,
+            upper: false,
         }
     }
 
-    /// True for keys that lie before the target position.
-    fn before(&self, key: &[u8]) -> bool {
-        match self {
-            Self::Start => false,
-            Self::FirstGe(k) => compare_keys(key, k).is_lt(),
-            Self::FirstGt(k) => compare_keys(key, k).is_le(),
+    /// The first entry past `range`.
+    fn upper(range: Arc<KeyRange>) -> Self {
+        Self { range, upper: true }
+    }
+
+    fn position(&self) -> Position<'_> {
+        let (bound, upper) = match self.upper {
+            false => (&self.range.lower, false),
+            true => (&self.range.upper, true),
+        };
+        match bound {
+            Bound::Unbounded if upper => Position::End,
+            Bound::Unbounded => Position::Start,
+            // A lower bound's key is in the range, an upper one's past it when included.
+            Bound::Included(key) => Position::Key {
+                key,
+                past_equal: upper,
+            },
+            Bound::Excluded(key) => Position::Key {
+                key,
+                past_equal: !upper,
+            },
+        }
+    }
+
+    /// The number of entries of `node` that lie before the target.
+    fn entries_before(&self, node: &NodeRef<'_>) -> usize {
+        match self.position() {
+            Position::Start => 0,
+            Position::End => node.len(),
+            Position::Key { key, past_equal } => node.partition_point(|k| {
+                let order = compare_keys(k, key);
+                order.is_lt() || (past_equal && order.is_eq())
+            }),
         }
     }
 }
@@ -155,7 +192,7 @@ impl Descent {
         verified: bool,
     ) -> Result<(NodeRef<'p>, Option<usize>)> {
         let node = open_node(page, self.page, self.level, file, verified)?;
-        let pos = node.partition_point(|k| self.target.before(k));
+        let pos = self.target.entries_before(&node);
         if self.level == 0 {
             self.rank += pos as u64;
             return Ok((node, Some(pos)));
@@ -191,7 +228,7 @@ enum ScanState {
 /// range, since that page may end with keys in range.
 #[derive(Debug, Clone)]
 pub struct RangeCursor {
-    range: KeyRange,
+    range: Arc<KeyRange>,
     sparse: bool,
     state: ScanState,
     /// Pages come checksummed already (from the buffer pool): check headers only.
@@ -199,9 +236,10 @@ pub struct RangeCursor {
 }
 
 impl RangeCursor {
-    /// A search of `range` in `tree`.
-    pub fn new(tree: &TreeShape, range: KeyRange, sparse: bool) -> Self {
-        let descent = Descent::new(tree, Target::from_lower(&range.lower));
+    /// A search of `range` in `tree` (shared, not copied: many searches may use one range).
+    pub fn new(tree: &TreeShape, range: impl Into<Arc<KeyRange>>, sparse: bool) -> Self {
+        let range = range.into();
+        let descent = Descent::new(tree, Target::lower(range.clone()));
         Self {
             range,
             sparse,
@@ -323,18 +361,18 @@ pub struct CountCursor {
 impl CountCursor {
     /// A count of the entries of `tree` in `range`.
     pub fn new(tree: &TreeShape, range: &KeyRange) -> Self {
+        let range = Arc::new(range.clone());
         let (lower, lower_rank) = match &range.lower {
             Bound::Unbounded => (None, Some(0)),
-            b => (Some(Descent::ranked(tree, Target::from_lower(b))), None),
+            _ => (
+                Some(Descent::ranked(tree, Target::lower(range.clone()))),
+                None,
+            ),
         };
         let (upper, upper_rank) = match &range.upper {
             Bound::Unbounded => (None, Some(tree.entries)),
-            Bound::Included(k) => (
-                Some(Descent::ranked(tree, Target::FirstGt(k.clone()))),
-                None,
-            ),
-            Bound::Excluded(k) => (
-                Some(Descent::ranked(tree, Target::FirstGe(k.clone()))),
+            _ => (
+                Some(Descent::ranked(tree, Target::upper(range.clone()))),
                 None,
             ),
         };
@@ -385,16 +423,13 @@ pub struct LastLeaf {
 impl LastLeaf {
     /// The search of `range`'s last leaf in `tree`.
     pub fn new(tree: &TreeShape, range: &KeyRange) -> Self {
-        let target = match &range.upper {
-            Bound::Unbounded => {
-                return Self {
-                    descent: None,
-                    leaf: Some(tree.leaf_pages.saturating_sub(1)),
-                };
-            }
-            Bound::Included(k) => Target::FirstGt(k.clone()),
-            Bound::Excluded(k) => Target::FirstGe(k.clone()),
-        };
+        if range.upper == Bound::Unbounded {
+            return Self {
+                descent: None,
+                leaf: Some(tree.leaf_pages.saturating_sub(1)),
+            };
+        }
+        let target = Target::upper(Arc::new(range.clone()));
         let descent = Descent::new(tree, target);
         match descent.level {
             0 => Self {
