@@ -19,7 +19,6 @@
 //! in DataFusion's memory pool; over its limit the query fails with `ResourcesExhausted`.
 
 use std::collections::VecDeque;
-use std::collections::hash_map::Entry;
 
 // Maps keyed by probe, page and join key, touched several times per page: SipHash showed in
 // profiles.
@@ -113,7 +112,9 @@ struct OuterBatch {
 
 struct Probe {
     outer: u64,
-    rows: Vec<u32>,
+    /// Its outer rows: a span of its batch's rows grouped by key (one allocation per batch,
+    /// not one per probe).
+    rows: OuterRows,
     /// The rows with its key: a prefix range, shared by the probe's walks.
     range: Arc<KeyRange>,
     /// Walk still going, fetches pending, pair items queued.
@@ -288,10 +289,10 @@ impl Join {
         if let Some(rows) = self.spec.unmatched(&batch, &unmatched)? {
             self.queue_rows(rows)?;
         }
-        if keyed.is_empty() {
+        if keyed.keys.is_empty() {
             return Ok(());
         }
-        node.add_probes(keyed.len());
+        node.add_probes(keyed.keys.len());
         let bytes = batch.get_array_memory_size();
         self.grow(bytes)?;
         let outer_id = self.id();
@@ -299,12 +300,16 @@ impl Join {
             outer_id,
             OuterBatch {
                 batch: Arc::new(batch),
-                open_probes: keyed.len(),
+                open_probes: keyed.keys.len(),
                 bytes,
             },
         );
-        for (key, rows) in keyed {
+        for (key, span) in keyed.keys {
             let id = self.id();
+            let rows = OuterRows {
+                all: keyed.rows.clone(),
+                span,
+            };
             let range = Arc::new(KeyRange::prefix(key));
             let matched = self.spec.tracks_matches().then(|| vec![false; rows.len()]);
             self.probes.insert(
@@ -675,7 +680,7 @@ impl Join {
                     rows += self.spec.pairs(
                         &mut gather,
                         outer,
-                        &p.rows,
+                        p.rows.as_slice(),
                         page,
                         page_rows,
                         *next..end,
@@ -696,7 +701,7 @@ impl Join {
                     if let Some(p) = self.probes.get(&probe) {
                         let outer = &self.outers[&p.outer].batch;
                         let matched = p.matched.as_deref().unwrap_or(&[]);
-                        if let Some(out) = self.spec.finish(outer, &p.rows, matched)? {
+                        if let Some(out) = self.spec.finish(outer, p.rows.as_slice(), matched)? {
                             rows += out.num_rows();
                             parts.push(out);
                         }
@@ -896,8 +901,28 @@ fn int_key_run(key_cols: &[ArrayRef], prefix: &[u8]) -> Option<std::ops::Range<u
     }
 }
 
-/// Outer rows by encoded join key, in first-seen key order.
-type KeyedRows = Vec<(Vec<u8>, Vec<u32>)>;
+/// Outer rows grouped by encoded join key, in first-seen key order: each key with the span of
+/// `rows` that holds its rows (in row order).
+struct KeyedRows {
+    keys: Vec<(Vec<u8>, std::ops::Range<u32>)>,
+    rows: Arc<[u32]>,
+}
+
+/// A probe's outer rows: a span of the rows of its batch grouped by key.
+struct OuterRows {
+    all: Arc<[u32]>,
+    span: std::ops::Range<u32>,
+}
+
+impl OuterRows {
+    fn as_slice(&self) -> &[u32] {
+        &self.all[self.span.start as usize..self.span.end as usize]
+    }
+
+    fn len(&self) -> usize {
+        self.span.len()
+    }
+}
 
 /// Groups the rows of `batch` by encoded join key; rows with a null key part cannot match
 /// (returned second).
@@ -920,28 +945,88 @@ fn group_keys(
         .collect::<Result<Vec<ArrayRef>>>()?;
     let mut encoded = encoder.encode_rows(&arrays).map_err(to_df)?;
     let mut unmatched = Vec::new();
-    // Each key's first row and its rows; the keys stay borrowed from `encoded` until the
-    // grouping is done (then each group takes its first row's key: no copy of a key).
-    let mut groups: Vec<(usize, Vec<u32>)> = Vec::new();
+    const NO_GROUP: u32 = u32::MAX;
+    // Each row's group, each group's first row (whose key the group takes: no copy of a
+    // key) and size; the keys stay borrowed from `encoded` until the grouping is done.
+    let mut group_of_row = vec![NO_GROUP; encoded.len()];
+    let (mut firsts, mut sizes) = (Vec::new(), Vec::<u32>::new());
     {
-        let mut group_of: HashMap<&[u8], usize> = HashMap::with_capacity(encoded.len());
+        let mut group_of: HashMap<&[u8], u32> = HashMap::with_capacity(encoded.len());
         for (row, key) in encoded.iter().enumerate() {
             if arrays.iter().any(|a| a.is_null(row)) {
                 unmatched.push(row as u32);
                 continue;
             }
-            match group_of.entry(key.as_slice()) {
-                Entry::Occupied(group) => groups[*group.get()].1.push(row as u32),
-                Entry::Vacant(slot) => {
-                    slot.insert(groups.len());
-                    groups.push((row, vec![row as u32]));
-                }
-            }
+            let group = *group_of.entry(key.as_slice()).or_insert_with(|| {
+                firsts.push(row);
+                sizes.push(0);
+                (firsts.len() - 1) as u32
+            });
+            sizes[group as usize] += 1;
+            group_of_row[row] = group;
         }
     }
-    let keyed = groups
+    // The groups' rows laid out one group after the other.
+    let mut starts = Vec::with_capacity(sizes.len());
+    let mut end = 0u32;
+    for size in &sizes {
+        starts.push(end);
+        end += size;
+    }
+    let mut rows = vec![0u32; end as usize];
+    let mut next = starts.clone();
+    for (row, &group) in group_of_row.iter().enumerate() {
+        if group != NO_GROUP {
+            rows[next[group as usize] as usize] = row as u32;
+            next[group as usize] += 1;
+        }
+    }
+    let keys = firsts
         .into_iter()
-        .map(|(first, rows)| (std::mem::take(&mut encoded[first]), rows))
+        .zip(starts.into_iter().zip(sizes))
+        .map(|(first, (start, size))| (std::mem::take(&mut encoded[first]), start..start + size))
         .collect();
+    let keyed = KeyedRows {
+        keys,
+        rows: rows.into(),
+    };
     Ok((keyed, unmatched))
+}
+
+#[cfg(test)]
+mod group_tests {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::Column;
+
+    use super::*;
+
+    #[test]
+    fn groups_rows_by_key_in_first_seen_order_and_sets_null_keys_apart() {
+        let field = Arc::new(Field::new("k", DataType::Int64, true));
+        let schema = Arc::new(Schema::new(vec![field.clone()]));
+        let keys = Int64Array::from(vec![Some(5), Some(3), None, Some(5), Some(3), Some(9)]);
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(keys)]).unwrap();
+        let encoder = KeyEncoder::new(&[field]).unwrap();
+        let key_expr: Arc<dyn PhysicalExpr> = Arc::new(Column::new("k", 0));
+        let (keyed, unmatched) = group_keys(&batch, &[key_expr], &encoder).unwrap();
+        let groups: Vec<Vec<u32>> = keyed
+            .keys
+            .iter()
+            .map(|(_, span)| keyed.rows[span.start as usize..span.end as usize].to_vec())
+            .collect();
+        assert_eq!(groups, vec![vec![0, 3], vec![1, 4], vec![5]]);
+        assert_eq!(unmatched, vec![2]);
+        let first = OuterRows {
+            all: keyed.rows.clone(),
+            span: keyed.keys[0].1.clone(),
+        };
+        assert_eq!((first.as_slice(), first.len()), (&[0u32, 3][..], 2));
+        let single = |v: i64| {
+            let a: ArrayRef = Arc::new(Int64Array::from(vec![v]));
+            encoder.encode_rows(&[a]).unwrap().remove(0)
+        };
+        let encoded: Vec<&Vec<u8>> = keyed.keys.iter().map(|(k, _)| k).collect();
+        assert_eq!(encoded, vec![&single(5), &single(3), &single(9)]);
+    }
 }
