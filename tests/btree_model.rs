@@ -65,7 +65,7 @@ fn leaves_read(shape: &TreeShape, pages: &[Vec<u8>], range: KeyRange) -> Vec<u64
 }
 
 fn last_leaf(shape: &TreeShape, pages: &[Vec<u8>], range: &KeyRange) -> u64 {
-    let mut l = LastLeaf::new(shape, range);
+    let mut l = LastLeaf::new(shape, range.clone());
     while let Some(p) = l.next_page() {
         assert!(p >= shape.leaf_pages, "LastLeaf read leaf {p}");
         l.feed(&pages[p as usize], Path::new(FILE)).unwrap();
@@ -74,7 +74,7 @@ fn last_leaf(shape: &TreeShape, pages: &[Vec<u8>], range: &KeyRange) -> u64 {
 }
 
 fn count(shape: &TreeShape, pages: &[Vec<u8>], range: &KeyRange) -> u64 {
-    let mut c = CountCursor::new(shape, range);
+    let mut c = CountCursor::new(shape, range.clone());
     while let Some(p) = c.next_page() {
         c.feed(&pages[p as usize], Path::new(FILE)).unwrap();
     }

@@ -332,8 +332,14 @@ impl Drop for AbortOnDrop {
 }
 
 impl LeafReadAhead {
-    fn new(table: &TableIo, part: usize, index: usize, tree: &TreeShape, range: &KeyRange) -> Self {
-        let mut last = LastLeaf::new(tree, range);
+    fn new(
+        table: &TableIo,
+        part: usize,
+        index: usize,
+        tree: &TreeShape,
+        range: &Arc<KeyRange>,
+    ) -> Self {
+        let mut last = LastLeaf::new(tree, range.clone());
         let quiet = Counters::default();
         while let Some(page_no) = last.next_page() {
             let found = table
@@ -494,7 +500,7 @@ async fn count_part(
         upper: std::ops::Bound::Unbounded,
     };
     let walk = |r: KeyRange| async move {
-        let mut cursor = CountCursor::new(tree, &r);
+        let mut cursor = CountCursor::new(tree, r);
         while let Some(page_no) = cursor.next_page() {
             let page = index_page(table, part, index, page_no, ctx).await?;
             cursor

@@ -47,7 +47,7 @@ impl IndexHandle {
 
     /// Number of index entries in `range` (two root-to-leaf descents).
     pub fn count(&self, range: &KeyRange) -> Result<u64> {
-        let mut cursor = CountCursor::new(&self.meta.tree, range);
+        let mut cursor = CountCursor::new(&self.meta.tree, range.clone());
         while let Some(p) = cursor.next_page() {
             let page = self.segment.read_page(p)?;
             cursor.feed(&page, self.segment.file_of(p))?;

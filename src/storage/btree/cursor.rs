@@ -85,7 +85,6 @@ impl KeyRange {
     }
 }
 
-/// Where a descent is headed.
 /// Where a descent goes: a bound of a range the search shares (a lookup per probe key then
 /// copies no key for its descent).
 #[derive(Debug, Clone)]
@@ -359,9 +358,9 @@ pub struct CountCursor {
 }
 
 impl CountCursor {
-    /// A count of the entries of `tree` in `range`.
-    pub fn new(tree: &TreeShape, range: &KeyRange) -> Self {
-        let range = Arc::new(range.clone());
+    /// A count of the entries of `tree` in `range` (shared, not copied).
+    pub fn new(tree: &TreeShape, range: impl Into<Arc<KeyRange>>) -> Self {
+        let range = range.into();
         let (lower, lower_rank) = match &range.lower {
             Bound::Unbounded => (None, Some(0)),
             _ => (
@@ -421,15 +420,16 @@ pub struct LastLeaf {
 }
 
 impl LastLeaf {
-    /// The search of `range`'s last leaf in `tree`.
-    pub fn new(tree: &TreeShape, range: &KeyRange) -> Self {
+    /// The search of `range`'s last leaf in `tree` (shared, not copied).
+    pub fn new(tree: &TreeShape, range: impl Into<Arc<KeyRange>>) -> Self {
+        let range = range.into();
         if range.upper == Bound::Unbounded {
             return Self {
                 descent: None,
                 leaf: Some(tree.leaf_pages.saturating_sub(1)),
             };
         }
-        let target = Target::upper(Arc::new(range.clone()));
+        let target = Target::upper(range);
         let descent = Descent::new(tree, target);
         match descent.level {
             0 => Self {
