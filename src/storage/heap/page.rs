@@ -132,11 +132,14 @@ impl HeapCodec {
         &self.classes
     }
 
-    /// Bytes a page needs for `rows` rows whose variable-width columns hold `var_bytes` bytes
-    /// in all (an upper bound: every nullable column is counted with a bitmap, and the padding
-    /// after variable-width data as a full alignment unit).
-    pub fn bytes_needed(&self, rows: usize, var_bytes: usize) -> usize {
+    /// Bytes a page needs for `rows` rows whose variable-width columns hold `var_bytes[k]`
+    /// bytes in the `k`-th of them: the layout [`encode`](Self::encode) writes, region by
+    /// region with its alignment (an upper bound: every nullable column is counted with a
+    /// bitmap). The data of a variable-width column shifts every region after it, so their
+    /// padding depends on it: a total of the variable-width bytes cannot tell.
+    pub fn bytes_needed(&self, rows: usize, var_bytes: &[usize]) -> usize {
         let mut total = HEADER_LEN + BODY_HEADER + DIR_ENTRY * self.classes.len();
+        let mut var_columns = var_bytes.iter();
         for (class, field) in self.classes.iter().zip(self.schema.fields()) {
             if field.is_nullable() {
                 total = align(total) + rows.div_ceil(8);
@@ -145,15 +148,10 @@ impl HeapCodec {
                 + match class {
                     ColumnClass::Fixed(w) => rows * w,
                     ColumnClass::Bool => rows.div_ceil(8),
-                    ColumnClass::Var => 4 * (rows + 1),
+                    ColumnClass::Var => 4 * (rows + 1) + var_columns.next().copied().unwrap_or(0),
                 };
         }
-        let var_columns = self
-            .classes
-            .iter()
-            .filter(|c| **c == ColumnClass::Var)
-            .count();
-        total + var_bytes + REGION_ALIGN * var_columns
+        total
     }
 
     /// Writes the body of a heap page holding all rows of `batch` into `page` (zeroed, of the
