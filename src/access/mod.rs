@@ -29,4 +29,4 @@ pub use plan_time::{IndexRanges, PlanCounts, PlanReads, ReadAhead, ScanEstimate}
 pub use remote::RemoteTable;
 pub use runtime::OoodeRuntime;
 pub use steps::{HeldPage, StepCtx, to_df};
-pub use table_io::{Counters, FileKeys, TableIo};
+pub use table_io::{CachedNode, Counters, FileKeys, TableIo};

@@ -136,8 +136,8 @@ pub async fn index_page(
     page_no: u64,
     ctx: &StepCtx,
 ) -> Result<PageBuf> {
-    if let Some(page) = table.cached_index_page(part, index, page_no, &ctx.counters) {
-        return Ok(page);
+    if let Some(node) = table.cached_index_page(part, index, page_no, &ctx.counters) {
+        return Ok(node.to_page());
     }
     let _permit = ctx.permit().await;
     table
@@ -441,12 +441,13 @@ fn lookup_cached_into<T: Found>(
             RangeCursor::new(&meta.tree, range.clone(), meta.is_sparse()).with_verified_pages();
         let start = out.len();
         while let Some(page_no) = cursor.next_page() {
-            let Some(page) = table.cached_index_page(part, index, page_no, &quiet) else {
+            let Some(node) = table.cached_index_page(part, index, page_no, &quiet) else {
                 return Ok(None);
             };
             visited += 1;
+            let file = index_file(table, part, index, page_no)?;
             cursor
-                .feed(&page, index_file(table, part, index, page_no)?, &mut out)
+                .feed_node(&node, node.search_keys(), file, &mut out)
                 .map_err(to_df)?;
             if out.len() > max {
                 return Ok(None);

@@ -20,7 +20,7 @@ use futures::FutureExt;
 
 use crate::io::metrics::ReadGuard;
 use crate::io::{BufferPool, FileId, IoEngine, IoMetrics, PageBuf, PageHint};
-use crate::storage::btree::node::NodeRef;
+use crate::storage::btree::node::{NodeRef, SearchKeys};
 use crate::storage::page::{PageKind, verify_page};
 use crate::storage::segment::{SegmentReader, Striping};
 use crate::storage::{Result, StorageError, Table};
@@ -115,7 +115,69 @@ struct SegmentFiles {
 #[derive(Debug)]
 struct PinnedNodes {
     first: u64,
-    nodes: Box<[std::sync::OnceLock<PageBuf>]>,
+    nodes: Box<[std::sync::OnceLock<PinnedNode>]>,
+}
+
+/// A node kept in memory, with its keys laid out for search (an eighth of the page or less,
+/// for a search that costs a fraction of a search of the page).
+#[derive(Debug)]
+struct PinnedNode {
+    page: PageBuf,
+    keys: SearchKeys,
+}
+
+impl PinnedNode {
+    fn new(page: PageBuf, page_no: u64) -> Self {
+        // The page was verified when read; a node that does not parse gets no search keys,
+        // and its next reader reports the damage.
+        let keys = NodeRef::parse_checked_before(&page, Path::new(""), page_no)
+            .map(|node| SearchKeys::of(&node))
+            .unwrap_or_default();
+        Self { page, keys }
+    }
+}
+
+/// A node found in memory: pinned (borrowed: a lookup takes no reference count, which every
+/// lookup of every thread would contend on at the root), or held in the buffer pool.
+#[derive(Debug)]
+pub enum CachedNode<'a> {
+    /// Pinned with the table.
+    Pinned {
+        /// The node's page.
+        page: &'a PageBuf,
+        /// Its keys laid out for search.
+        keys: &'a SearchKeys,
+    },
+    /// In the buffer pool.
+    Pooled(PageBuf),
+}
+
+impl CachedNode<'_> {
+    /// The page, as a holder of its own.
+    pub fn to_page(&self) -> PageBuf {
+        match self {
+            Self::Pinned { page, .. } => (*page).clone(),
+            Self::Pooled(page) => page.clone(),
+        }
+    }
+
+    /// The node's keys laid out for search, if kept.
+    pub fn search_keys(&self) -> Option<&SearchKeys> {
+        match self {
+            Self::Pinned { keys, .. } => Some(keys),
+            Self::Pooled(_) => None,
+        }
+    }
+}
+
+impl std::ops::Deref for CachedNode<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Pinned { page, .. } => page,
+            Self::Pooled(page) => page,
+        }
+    }
 }
 
 impl PinnedNodes {
@@ -133,19 +195,19 @@ impl PinnedNodes {
         self.first..self.first + self.nodes.len() as u64
     }
 
-    fn slot(&self, page_no: u64) -> Option<&std::sync::OnceLock<PageBuf>> {
+    fn slot(&self, page_no: u64) -> Option<&std::sync::OnceLock<PinnedNode>> {
         let i = usize::try_from(page_no.checked_sub(self.first)?).ok()?;
         self.nodes.get(i)
     }
 
-    fn get(&self, page_no: u64) -> Option<&PageBuf> {
+    fn get(&self, page_no: u64) -> Option<&PinnedNode> {
         self.slot(page_no)?.get()
     }
 
     /// Pins `page` as node `page_no` unless it is pinned already (or outside the range).
     fn set(&self, page_no: u64, page: PageBuf) {
         if let Some(slot) = self.slot(page_no) {
-            let _ = slot.set(page);
+            slot.get_or_init(|| PinnedNode::new(page, page_no));
         }
     }
 }
@@ -212,8 +274,8 @@ impl SegmentFiles {
     }
 
     /// Node `page_no` if it is pinned.
-    fn pinned_node(&self, page_no: u64) -> Option<PageBuf> {
-        self.pinned.as_ref()?.get(page_no).cloned()
+    fn pinned_node(&self, page_no: u64) -> Option<&PinnedNode> {
+        self.pinned.as_ref()?.get(page_no)
     }
 
     /// The nodes that stay pinned once read, by page number.
@@ -654,9 +716,9 @@ impl TableIo {
     ) -> Result<PageBuf> {
         let seg = self.index(part, index)?;
         let (hint, kind, pin) = seg.node_class(page_no);
-        if pin && let Some(page) = seg.pinned_node(page_no) {
+        if pin && let Some(node) = seg.pinned_node(page_no) {
             counters.hit();
-            return Ok(page);
+            return Ok(node.page.clone());
         }
         let page = self.read(seg, page_no, hint, kind, counters).await?;
         if pin && let Some(pinned) = &seg.pinned {
@@ -679,14 +741,18 @@ impl TableIo {
         index: usize,
         page_no: u64,
         counters: &Counters,
-    ) -> Option<PageBuf> {
+    ) -> Option<CachedNode<'_>> {
         let seg = self.parts.get(part)?.indexes.get(index)?;
         let (hint, _, pin) = seg.node_class(page_no);
-        if pin && let Some(page) = seg.pinned_node(page_no) {
+        if pin && let Some(node) = seg.pinned_node(page_no) {
             counters.hit();
-            return Some(page);
+            return Some(CachedNode::Pinned {
+                page: &node.page,
+                keys: &node.keys,
+            });
         }
         self.cached(seg, page_no, hint, counters)
+            .map(CachedNode::Pooled)
     }
 
     fn cached(

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::builder::TreeShape;
-use super::node::{NO_PAGE, NodeRef};
+use super::node::{NO_PAGE, NodeRef, SearchKeys};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::key::{compare_keys, prefix_successor};
 use crate::storage::page::{PageKind, verify_header, verify_page};
@@ -137,15 +137,13 @@ impl Target {
         }
     }
 
-    /// The number of entries of `node` that lie before the target.
-    fn entries_before(&self, node: &NodeRef<'_>) -> usize {
+    /// The number of entries of `node` that lie before the target (`keys`: the node's, if
+    /// kept).
+    fn entries_before(&self, node: &NodeRef<'_>, keys: Option<&SearchKeys>) -> usize {
         match self.position() {
             Position::Start => 0,
             Position::End => node.len(),
-            Position::Key { key, past_equal } => node.partition_point(|k| {
-                let order = compare_keys(k, key);
-                order.is_lt() || (past_equal && order.is_eq())
-            }),
+            Position::Key { key, past_equal } => node.search(keys, key, past_equal),
         }
     }
 }
@@ -187,11 +185,12 @@ impl Descent {
     fn step<'p>(
         &mut self,
         page: &'p [u8],
+        keys: Option<&SearchKeys>,
         file: &Path,
         verified: bool,
     ) -> Result<(NodeRef<'p>, Option<usize>)> {
         let node = open_node(page, self.page, self.level, file, verified)?;
-        let pos = self.target.entries_before(&node);
+        let pos = self.target.entries_before(&node, keys);
         if self.level == 0 {
             self.rank += pos as u64;
             return Ok((node, Some(pos)));
@@ -280,10 +279,22 @@ impl RangeCursor {
     /// Feeds the page asked for by [`next_page`](Self::next_page); hands the entries found to
     /// `out`.
     pub fn feed<S: LeafSink>(&mut self, page: &[u8], file: &Path, out: &mut S) -> Result<()> {
+        self.feed_node(page, None, file, out)
+    }
+
+    /// [`feed`](Self::feed) with the page's [`SearchKeys`], kept beside a page that stays in
+    /// memory: its search then reads few of the page's keys.
+    pub fn feed_node<S: LeafSink>(
+        &mut self,
+        page: &[u8],
+        keys: Option<&SearchKeys>,
+        file: &Path,
+        out: &mut S,
+    ) -> Result<()> {
         match &mut self.state {
             ScanState::Descend(d) => {
                 let page_no = d.page;
-                let (node, landed) = d.step(page, file, self.verified)?;
+                let (node, landed) = d.step(page, keys, file, self.verified)?;
                 if let Some(pos) = landed {
                     let start = if self.sparse {
                         pos.saturating_sub(1)
@@ -396,7 +407,7 @@ impl CountCursor {
             (&mut self.upper, &mut self.upper_rank)
         };
         if let Some(d) = slot
-            && d.step(page, file, false)?.1.is_some()
+            && d.step(page, None, file, false)?.1.is_some()
         {
             *rank = Some(d.rank);
             *slot = None;
@@ -451,7 +462,7 @@ impl LastLeaf {
     /// Feeds the node asked for by [`next_page`](Self::next_page) (verified by the caller).
     pub fn feed(&mut self, page: &[u8], file: &Path) -> Result<()> {
         if let Some(d) = &mut self.descent {
-            d.step(page, file, true)?;
+            d.step(page, None, file, true)?;
             if d.level == 0 {
                 self.leaf = Some(d.page);
                 self.descent = None;

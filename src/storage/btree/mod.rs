@@ -6,4 +6,4 @@ pub mod node;
 
 pub use builder::{BTreeBuilder, TreeShape};
 pub use cursor::{CountCursor, KeyRange, LastLeaf, LeafSink, RangeCursor};
-pub use node::RowId;
+pub use node::{RowId, SearchKeys};

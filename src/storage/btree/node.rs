@@ -15,9 +15,11 @@
 //! Keys are the order-preserving encodings of `storage::key`; a row id is
 //! `heap page << 16 | slot` (see [`RowId`]).
 
+use std::cmp::Ordering;
 use std::path::Path;
 
 use crate::storage::error::{Result, StorageError};
+use crate::storage::key::compare_keys;
 use crate::storage::page::{HEADER_LEN, PageKind, read_u16, read_u64};
 
 /// "No page": the next pointer of the last leaf.
@@ -237,7 +239,17 @@ impl<'a> NodeRef<'a> {
     /// Index of the first entry for which `before(key)` is false, `before` being true for a
     /// prefix of the entries (binary search).
     pub fn partition_point(&self, before: impl Fn(&[u8]) -> bool) -> usize {
-        let (mut lo, mut hi) = (0, self.len());
+        self.partition_point_in(0, self.len(), before)
+    }
+
+    /// [`partition_point`](Self::partition_point) among entries `lo..hi`, `before` being
+    /// true for all entries before `lo` and false for all from `hi`.
+    fn partition_point_in(
+        &self,
+        mut lo: usize,
+        mut hi: usize,
+        before: impl Fn(&[u8]) -> bool,
+    ) -> usize {
         while lo < hi {
             let mid = (lo + hi) / 2;
             if before(self.key(mid)) {
@@ -248,6 +260,107 @@ impl<'a> NodeRef<'a> {
         }
         lo
     }
+
+    /// Index of the first entry whose key is not below `key` (with `past_equal`: is above
+    /// it). `keys`, when made of this node, spares reading most keys from the page.
+    pub fn search(&self, keys: Option<&SearchKeys>, key: &[u8], past_equal: bool) -> usize {
+        let before = |k: &[u8]| {
+            let order = compare_keys(k, key);
+            order.is_lt() || (past_equal && order.is_eq())
+        };
+        let Some(keys) = keys.filter(|keys| keys.next.len() == self.count) else {
+            return self.partition_point(before);
+        };
+        // Every key of the node starts with `shared`: the target compares with all at once.
+        let head = &key[..keys.shared.len().min(key.len())];
+        match compare_keys(head, &keys.shared[..head.len()]) {
+            Ordering::Less => return 0,
+            Ordering::Greater => return self.count,
+            // A proper prefix of every key is below all of them.
+            Ordering::Equal if key.len() < keys.shared.len() => return 0,
+            Ordering::Equal => {}
+        }
+        // Keys whose next eight bytes differ from the target's are ordered by them; only a
+        // run of ties needs the keys themselves.
+        let word = word_after(key, keys.shared.len());
+        let lo = keys.first_not_below(word);
+        let rest = &keys.next[lo..];
+        // Ties are few: the run is looked for next to `lo`, in the lines just read.
+        let ties = match rest.iter().take(8).position(|&w| w > word) {
+            Some(n) => n,
+            None => rest.partition_point(|&w| w <= word),
+        };
+        self.partition_point_in(lo, lo + ties, before)
+    }
+}
+
+/// A node's keys laid out for search: the prefix all of them share, and of each key the eight
+/// bytes after it (big-endian, zero-padded) in one array. A search through a node kept in
+/// memory compares these instead of following every entry's slot into the page (two
+/// dependent loads a comparison: the largest part of a cached lookup's CPU), and reads a key
+/// only where those eight bytes tie.
+///
+/// The words are searched in two steps, first every [`FENCE_GAP`]-th (a short array, hot in
+/// the cache for all nodes at once), then one block of the gap between two: a few lines read
+/// one after another instead of a line per halving of the whole array.
+#[derive(Debug, Default)]
+pub struct SearchKeys {
+    shared: Box<[u8]>,
+    next: Box<[u64]>,
+    /// `next[j * FENCE_GAP]` for each block `j`.
+    fences: Box<[u64]>,
+}
+
+/// Words per block of [`SearchKeys`] (two cache lines).
+const FENCE_GAP: usize = 16;
+
+impl SearchKeys {
+    /// The search keys of `node` (sorted, as every verified node is: on a damaged one the
+    /// search finds wrong positions, as the plain binary search would, and never panics).
+    pub fn of(node: &NodeRef<'_>) -> Self {
+        let Some(last) = node.len().checked_sub(1) else {
+            return Self::default();
+        };
+        let (first, last) = (node.key(0), node.key(last));
+        // In sorted keys, what the first and last share, all share.
+        let shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        let next: Box<[u64]> = (0..node.len())
+            .map(|i| word_after(node.key(i), shared))
+            .collect();
+        Self {
+            shared: first[..shared].into(),
+            fences: next.iter().step_by(FENCE_GAP).copied().collect(),
+            next,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.shared.len() + 8 * (self.next.len() + self.fences.len())
+    }
+
+    /// Index of the first word not below `word`.
+    fn first_not_below(&self, word: u64) -> usize {
+        // Blocks from the `blocks`-th start at or above `word`; the one before starts below.
+        let blocks = self.fences.partition_point(|&f| f < word);
+        let Some(block) = blocks.checked_sub(1) else {
+            return 0;
+        };
+        let start = block * FENCE_GAP + 1;
+        let end = (blocks * FENCE_GAP).min(self.next.len());
+        start + self.next[start..end].partition_point(|&w| w < word)
+    }
+}
+
+/// The eight bytes of `key` after its first `skip`, zero-padded, as a big-endian integer:
+/// where two such words differ, they order their keys (a key that ends sooner is padded with
+/// the smallest byte).
+fn word_after(key: &[u8], skip: usize) -> u64 {
+    let rest = key.get(skip..).unwrap_or(&[]);
+    let mut word = [0; 8];
+    let n = rest.len().min(8);
+    word[..n].copy_from_slice(&rest[..n]);
+    u64::from_be_bytes(word)
 }
 
 #[cfg(test)]
@@ -297,5 +410,49 @@ mod tests {
         // A count larger than the page can hold fails either way.
         page[HEADER_LEN..HEADER_LEN + 2].copy_from_slice(&u16::MAX.to_le_bytes());
         assert!(NodeRef::parse_checked_before(&page, path, 7).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn search_keys_find_what_the_plain_search_finds(
+            keys in proptest::collection::btree_set(proptest::collection::vec(0u8..3, 0..14), 1..90),
+            shared in proptest::collection::vec(0u8..3, 0..10),
+            targets in proptest::collection::vec(proptest::collection::vec(0u8..3, 0..24), 1..20),
+        ) {
+            // Few byte values and a common head: long shared prefixes, ties within the eight
+            // bytes after them, keys that are prefixes of one another.
+            let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| [shared.as_slice(), &k].concat()).collect();
+            let mut b = NodeBuilder::new(4096, 0);
+            for (i, k) in keys.iter().enumerate() {
+                proptest::prop_assert!(b.try_add(k, i as u64, 0));
+            }
+            let page = b.finish(NO_PAGE).0;
+            let node = NodeRef::parse(&page, Path::new("t"), 1).unwrap();
+            let search = SearchKeys::of(&node);
+            let probes = targets.iter().map(|t| [shared.as_slice(), t].concat()).chain(targets.clone());
+            for target in probes {
+                for past_equal in [false, true] {
+                    let want = keys
+                        .iter()
+                        .filter(|k| k.as_slice() < target.as_slice() || (past_equal && **k == target))
+                        .count();
+                    proptest::prop_assert_eq!(node.search(None, &target, past_equal), want);
+                    proptest::prop_assert_eq!(node.search(Some(&search), &target, past_equal), want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn search_keys_of_another_node_are_ignored() {
+        let (a, b) = (leaf(&[b"a", b"b", b"c"]), leaf(&[b"a", b"b"]));
+        let path = Path::new("t");
+        let (a, b) = (
+            NodeRef::parse(&a, path, 1).unwrap(),
+            NodeRef::parse(&b, path, 2).unwrap(),
+        );
+        let of_b = SearchKeys::of(&b);
+        assert_eq!(a.search(Some(&of_b), b"c", true), 3);
+        assert_eq!(SearchKeys::of(&a).bytes(), 32);
     }
 }
