@@ -72,11 +72,8 @@ impl Counters {
         }
     }
 
-    fn start(&self) -> [Option<ReadGuard>; 2] {
-        [
-            self.node.as_ref().map(|m| m.start_read()),
-            self.query.as_ref().map(|m| m.start_read()),
-        ]
+    fn start(&self) -> ReadGuard {
+        ReadGuard::start([self.node.clone(), self.query.clone()])
     }
 
     /// Counts a page found without a read.
@@ -814,7 +811,7 @@ impl TableIo {
             share: None,
         };
         let load = move || {
-            let guards = counting.start();
+            let guard = counting.start();
             engine
                 .read_in_class(file, offset, len, class)
                 .map(move |r| {
@@ -826,9 +823,7 @@ impl TableIo {
                         }
                         Ok(page)
                     });
-                    for guard in guards.into_iter().flatten() {
-                        guard.finish(r.as_ref().ok().map(|_| len));
-                    }
+                    guard.finish(r.as_ref().ok().map(|_| len));
                     r
                 })
                 .boxed()

@@ -52,14 +52,14 @@ impl IoMetrics {
 
     /// Marks a read as issued; returns a guard that marks it complete when dropped.
     pub fn start_read(self: &Arc<Self>) -> ReadGuard {
+        ReadGuard::start([Some(self.clone()), None])
+    }
+
+    fn note_start(&self) {
         let depth = self.in_flight.fetch_add(1, Relaxed) + 1;
         self.max_in_flight.fetch_max(depth, Relaxed);
         self.depth_sum.fetch_add(depth, Relaxed);
         self.reads.fetch_add(1, Relaxed);
-        ReadGuard {
-            metrics: self.clone(),
-            started: Instant::now(),
-        }
     }
 
     /// Reads in flight now.
@@ -107,28 +107,44 @@ impl IoMetrics {
     }
 }
 
-/// An outstanding read; dropping it completes the read in the counters.
+/// An outstanding read, counted in up to two sets of counters (say a node's and a query's)
+/// and timed once for both; dropping it completes the read in them.
 #[derive(Debug)]
 pub struct ReadGuard {
-    metrics: Arc<IoMetrics>,
-    started: Instant,
+    metrics: [Option<Arc<IoMetrics>>; 2],
+    /// None when nothing counts the read (no clock read then).
+    started: Option<Instant>,
 }
 
 impl ReadGuard {
+    /// Marks a read as issued in each of `metrics`.
+    pub fn start(metrics: [Option<Arc<IoMetrics>>; 2]) -> Self {
+        metrics.iter().flatten().for_each(|m| m.note_start());
+        let started = metrics.iter().any(Option::is_some).then(Instant::now);
+        Self { metrics, started }
+    }
+
     /// Completes the read: `Some(bytes)` on success, None on failure.
     pub fn finish(self, bytes: Option<usize>) {
-        match bytes {
-            Some(b) => self.metrics.bytes.fetch_add(b as u64, Relaxed),
-            None => self.metrics.errors.fetch_add(1, Relaxed),
-        };
+        for m in self.metrics.iter().flatten() {
+            match bytes {
+                Some(b) => m.bytes.fetch_add(b as u64, Relaxed),
+                None => m.errors.fetch_add(1, Relaxed),
+            };
+        }
     }
 }
 
 impl Drop for ReadGuard {
     fn drop(&mut self) {
-        self.metrics.in_flight.fetch_sub(1, Relaxed);
-        let nanos = self.started.elapsed().as_nanos() as u64;
-        self.metrics.read_nanos.fetch_add(nanos, Relaxed);
+        let Some(started) = self.started else {
+            return;
+        };
+        let nanos = started.elapsed().as_nanos() as u64;
+        for m in self.metrics.iter().flatten() {
+            m.in_flight.fetch_sub(1, Relaxed);
+            m.read_nanos.fetch_add(nanos, Relaxed);
+        }
     }
 }
 
