@@ -115,8 +115,9 @@ struct PinnedNodes {
     nodes: Box<[std::sync::OnceLock<PinnedNode>]>,
 }
 
-/// A node kept in memory, with its keys laid out for search (an eighth of the page or less,
-/// for a search that costs a fraction of a search of the page).
+/// A node kept in memory, with its keys laid out for search: eight bytes an entry, up to about
+/// 40 % of the page for the shortest keys (a sparse index of integers), for a search that
+/// costs a fraction of a search of the page.
 #[derive(Debug)]
 struct PinnedNode {
     page: PageBuf,
