@@ -6,8 +6,9 @@ use std::ops::Bound;
 use std::path::Path;
 
 use ooode::storage::Result;
+use ooode::storage::btree::node::NodeRef;
 use ooode::storage::btree::{
-    BTreeBuilder, CountCursor, KeyRange, LastLeaf, RangeCursor, TreeShape,
+    BTreeBuilder, CountCursor, KeyRange, LastLeaf, RangeCursor, SearchKeys, TreeShape,
 };
 use ooode::storage::page::PageKind;
 use ooode::storage::segment::PageSink;
@@ -41,12 +42,24 @@ fn build(entries: &[(Vec<u8>, u64)], page_size: usize) -> (TreeShape, Vec<Vec<u8
 }
 
 fn lookup(shape: &TreeShape, pages: &[Vec<u8>], range: KeyRange, sparse: bool) -> Vec<u64> {
-    let mut c = RangeCursor::new(shape, range, sparse);
+    let mut c = RangeCursor::new(shape, range.clone(), sparse);
     let mut out = Vec::new();
     while let Some(p) = c.next_page() {
         c.feed(&pages[p as usize], Path::new(FILE), &mut out)
             .unwrap();
     }
+    // The same walk with every node's search keys (as pinned nodes are searched) finds the same.
+    let mut c = RangeCursor::new(shape, range.clone(), sparse);
+    let mut searched = Vec::new();
+    while let Some(p) = c.next_page() {
+        let page = &pages[p as usize];
+        let keys = NodeRef::parse(page, Path::new(FILE), p)
+            .map(|n| SearchKeys::of(&n))
+            .unwrap();
+        c.feed_node(page, Some(&keys), Path::new(FILE), &mut searched)
+            .unwrap();
+    }
+    assert_eq!(searched, out, "with search keys, {range:?}");
     out
 }
 

@@ -301,13 +301,15 @@ impl RangeCursor {
                     } else {
                         pos
                     };
-                    self.state = scan_leaf(&self.range, &node, start, page_no, file, out)?;
+                    let leaf = Leaf::new(&node, keys, &self.range, page_no, file);
+                    self.state = scan_leaf(&self.range, &leaf, start, out)?;
                 }
             }
             ScanState::Scan { page: page_no } => {
                 let page_no = *page_no;
                 let node = open_node(page, page_no, 0, file, self.verified)?;
-                self.state = scan_leaf(&self.range, &node, 0, page_no, file, out)?;
+                let leaf = Leaf::new(&node, keys, &self.range, page_no, file);
+                self.state = scan_leaf(&self.range, &leaf, 0, out)?;
             }
             ScanState::Done => {}
         }
@@ -329,22 +331,62 @@ impl LeafSink for Vec<u64> {
     }
 }
 
+/// A leaf being scanned.
+struct Leaf<'a, 'p> {
+    node: &'a NodeRef<'p>,
+    page_no: u64,
+    file: &'a Path,
+    /// Where the range ends in the leaf, when its search keys found it (else each key read is
+    /// compared with the range's upper bound, which reads one entry past the range).
+    end: Option<usize>,
+}
+
+impl<'a, 'p> Leaf<'a, 'p> {
+    fn new(
+        node: &'a NodeRef<'p>,
+        keys: Option<&SearchKeys>,
+        range: &KeyRange,
+        page_no: u64,
+        file: &'a Path,
+    ) -> Self {
+        let end = keys.map(|keys| match &range.upper {
+            Bound::Unbounded => node.len(),
+            Bound::Included(key) => node.search(Some(keys), key, true),
+            Bound::Excluded(key) => node.search(Some(keys), key, false),
+        });
+        Self {
+            node,
+            page_no,
+            file,
+            end,
+        }
+    }
+}
+
 fn scan_leaf<S: LeafSink>(
     range: &KeyRange,
-    node: &NodeRef<'_>,
+    leaf: &Leaf<'_, '_>,
     start: usize,
-    page_no: u64,
-    file: &Path,
     out: &mut S,
 ) -> Result<ScanState> {
-    for i in start..node.len() {
+    let Leaf {
+        node,
+        page_no,
+        file,
+        end,
+    } = *leaf;
+    let stop = end.unwrap_or(node.len());
+    for i in start..stop {
         let key = node.key(i);
-        if !range.below_upper(key) {
+        if end.is_none() && !range.below_upper(key) {
             return Ok(ScanState::Done);
         }
         out.entry(key, node.value(i)).map_err(|why| {
             StorageError::corrupted(file, Some(page_no), format!("index key: {why}"))
         })?;
+    }
+    if stop < node.len() {
+        return Ok(ScanState::Done);
     }
     match node.next_leaf() {
         NO_PAGE => Ok(ScanState::Done),
