@@ -51,6 +51,16 @@ fn engines(dir: &Path, data: &[u8]) -> Vec<Arc<dyn IoEngine>> {
             })
             .unwrap(),
         ),
+        // Reads into registered buffers, carved from the recycler's arena.
+        Arc::new(
+            UringEngine::new(UringConfig {
+                max_in_flight: 256,
+                fixed_buffers: true,
+                recycler: Some(ooode::io::buf::Recycler::with_arena(64 << 20)),
+                ..Default::default()
+            })
+            .unwrap(),
+        ),
         // Most reads wait in the engine's own queue for the device (and some are cancelled
         // there).
         Arc::new(

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
+use crate::io::arena::Arena;
 use crate::storage::page::AlignedBuf;
 
 /// Keeps freed page buffers for reuse, per buffer size, up to a number of bytes.
@@ -21,17 +22,24 @@ use crate::storage::page::AlignedBuf;
 /// pay the kernel for fresh zeroed memory on every page it reads (12 % of the CPU samples of a
 /// cold 10 % Fig. 4 run before, 4.5 % after). The bytes never exceed what the pool and the
 /// reads in flight held.
+///
+/// One made [`Recycler::with_arena`] carves new buffers from an [`Arena`] of up to
+/// `keep_bytes` (whole regions), which io_uring rings can register with the kernel; past it
+/// (or for sizes it cannot hold) they are allocated one by one. Arena buffers are always kept
+/// when freed: their memory stays the arena's.
 #[derive(Debug)]
 pub struct Recycler {
     free: Mutex<Free>,
     keep_bytes: usize,
     /// Buffers allocated because none was free.
     fresh: AtomicU64,
+    arena: Option<Arc<Arena>>,
 }
 
 #[derive(Debug, Default)]
 struct Free {
     by_len: HashMap<usize, Vec<AlignedBuf>>,
+    /// Bytes of the free buffers allocated one by one (arena buffers are not counted).
     bytes: usize,
 }
 
@@ -42,6 +50,18 @@ impl Recycler {
             free: Mutex::new(Free::default()),
             keep_bytes,
             fresh: AtomicU64::new(0),
+            arena: None,
+        })
+    }
+
+    /// A recycler keeping at most `keep_bytes` of free buffers, carving new ones from an
+    /// arena that large (none if that is less than one region).
+    pub fn with_arena(keep_bytes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            free: Mutex::new(Free::default()),
+            keep_bytes,
+            fresh: AtomicU64::new(0),
+            arena: Arena::new(keep_bytes),
         })
     }
 
@@ -50,19 +70,31 @@ impl Recycler {
     pub fn get(&self, len: usize) -> AlignedBuf {
         let mut free = self.free.lock();
         if let Some(buf) = free.by_len.get_mut(&len).and_then(Vec::pop) {
-            free.bytes -= len;
+            if buf.region().is_none() {
+                free.bytes -= len;
+            }
             return buf;
         }
         drop(free);
         self.fresh.fetch_add(1, Relaxed);
-        AlignedBuf::zeroed(len)
+        self.arena
+            .as_ref()
+            .and_then(|a| a.carve(len))
+            .unwrap_or_else(|| AlignedBuf::zeroed(len))
+    }
+
+    /// The arena new buffers are carved from, if any.
+    pub fn arena(&self) -> Option<&Arc<Arena>> {
+        self.arena.as_ref()
     }
 
     /// Returns a buffer for reuse.
     pub fn put(&self, buf: AlignedBuf) {
         let len = buf.len();
         let mut free = self.free.lock();
-        if free.bytes + len <= self.keep_bytes {
+        if buf.region().is_some() {
+            free.by_len.entry(len).or_default().push(buf);
+        } else if free.bytes + len <= self.keep_bytes {
             free.bytes += len;
             free.by_len.entry(len).or_default().push(buf);
         }

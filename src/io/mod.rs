@@ -18,6 +18,7 @@
 //! engine finishes the read and recycles the buffer. Reads started inside a [`batch`] reach
 //! the kernel in one system call.
 
+pub mod arena;
 pub mod batch;
 pub mod buf;
 pub mod disk_cache;

@@ -188,9 +188,23 @@ fn check_page(
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    origin: Origin,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+/// Where an [`AlignedBuf`]'s bytes come from.
+enum Origin {
+    /// Its own allocation, freed on drop.
+    Alloc,
+    /// A slice of a larger region kept alive by `owner` (an I/O engine's registered memory);
+    /// `region` numbers that region for the kernel.
+    Region {
+        region: u32,
+        _owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    },
+}
+
+// SAFETY: AlignedBuf owns its bytes exclusively, like a Vec<u8> (a region's slice is handed
+// to one buffer only, see `from_region`).
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out &[u8]; mutation needs &mut self.
 unsafe impl Sync for AlignedBuf {}
@@ -202,7 +216,40 @@ impl AlignedBuf {
         // SAFETY: the layout has non-zero size (asserted in `layout`).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len }
+        Self {
+            ptr,
+            len,
+            origin: Origin::Alloc,
+        }
+    }
+
+    /// A buffer of the `len` bytes at `ptr`, inside region `region` of memory `owner` keeps.
+    ///
+    /// # Safety
+    /// The bytes must be initialized, aligned to [`PAGE_ALIGN`], stay valid while `owner`
+    /// lives, and belong to no other buffer while this one lives.
+    pub unsafe fn from_region(
+        ptr: NonNull<u8>,
+        len: usize,
+        region: u32,
+        owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        Self {
+            ptr,
+            len,
+            origin: Origin::Region {
+                region,
+                _owner: owner,
+            },
+        }
+    }
+
+    /// The region this buffer is a slice of, if it is one (see [`AlignedBuf::from_region`]).
+    pub fn region(&self) -> Option<u32> {
+        match self.origin {
+            Origin::Alloc => None,
+            Origin::Region { region, .. } => Some(region),
+        }
     }
 
     fn layout(len: usize) -> Layout {
@@ -219,7 +266,8 @@ impl AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: ptr points to `len` initialized (zeroed at allocation) bytes owned by self.
+        // SAFETY: ptr points to `len` initialized bytes (zeroed at allocation, or a region's,
+        // see `from_region`) owned by self.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -233,8 +281,10 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with exactly this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        if let Origin::Alloc = self.origin {
+            // SAFETY: allocated in `zeroed` with exactly this layout.
+            unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        }
     }
 }
 

@@ -218,7 +218,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
     let total = 2 * opts.depths.len()
         + 1
         + 2 * opts.depths.iter().filter(|d| **d >= 16).count()
-        + 2 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count();
+        + 4 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count();
     let mut step = 0;
     let mut point =
         |engine: &str, depth: usize, (iops, cpu): (f64, f64), fio: Option<(f64, f64)>| {
@@ -275,9 +275,12 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
     // The kernel polling the submission queue (a thread of its own per ring), and polled
     // completions (only for devices with polled queues): kept if they serve more reads.
     for &depth in opts.depths.iter().filter(|d| **d == 1 || **d == 64) {
-        for (name, sqpoll, iopoll) in [
-            ("uring sqpoll", Some(2), false),
-            ("uring iopoll", None, true),
+        // And one ring's reads into registered buffers next to plain ones (the default).
+        for (name, sqpoll, iopoll, fixed_buffers) in [
+            ("uring sqpoll", Some(2), false, false),
+            ("uring iopoll", None, true, false),
+            ("uring 1 ring", None, false, false),
+            ("uring regbuf", None, false, true),
         ] {
             let engine = UringEngine::new(UringConfig {
                 max_in_flight: depth,
@@ -285,6 +288,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
                 sqpoll_idle_ms: sqpoll,
                 iopoll,
                 reap_on_reactor: false,
+                fixed_buffers,
                 ..Default::default()
             });
             let measured = match engine {

@@ -18,7 +18,9 @@
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
+};
 use std::task::{Context, Poll, Waker};
 
 use io_uring::{IoUring, opcode, squeue, types};
@@ -26,6 +28,7 @@ use parking_lot::Mutex;
 
 use super::queue::DeviceQueue;
 use super::request::ReadOp;
+use crate::io::arena::MAX_REGIONS;
 use crate::io::batch::Submit;
 use crate::io::buf::{PageBuf, Recycler};
 use crate::io::files::{FileTable, short_read};
@@ -60,6 +63,19 @@ pub struct Ring {
     eventfd: Option<std::os::fd::OwnedFd>,
     /// The engine's queue for the device (shared by its rings): told of every completion.
     device: Arc<DeviceQueue>,
+    /// The recycler's arena regions this ring has registered (fixed buffers), if any.
+    buffers: Option<RegisteredRegions>,
+}
+
+/// The arena regions a ring has registered with the kernel: `0..count`, growing as reads
+/// come in buffers of new regions.
+#[derive(Debug, Default)]
+struct RegisteredRegions {
+    count: AtomicU32,
+    /// Serializes registrations; true once the kernel refused one (no more are tried).
+    refused: Mutex<bool>,
+    /// Reads sent into a registered buffer.
+    reads: AtomicU64,
 }
 
 impl std::fmt::Debug for Ring {
@@ -101,6 +117,16 @@ impl Ring {
             builder.setup_iopoll();
         }
         let uring = builder.build(entries)?;
+        // A sparse table the arena's regions are added to as they are allocated; where the
+        // kernel refuses (before 5.19), reads use plain buffers.
+        let buffers = (config.fixed_buffers && recycler.arena().is_some())
+            .then(|| {
+                uring
+                    .submitter()
+                    .register_buffers_sparse(MAX_REGIONS as u32)
+            })
+            .and_then(|r| r.ok())
+            .map(|()| RegisteredRegions::default());
         Ok(Self {
             uring,
             sq: Mutex::new(()),
@@ -116,7 +142,59 @@ impl Ring {
             cq: Mutex::new(()),
             eventfd: None,
             device,
+            buffers,
         })
+    }
+
+    /// Whether arena region `region` is registered with this ring, registering it (and the
+    /// regions before it) first if need be; false where the kernel refuses (for instance
+    /// over the locked-memory limit), and from then on.
+    fn registered(&self, region: u32) -> bool {
+        let Some(regs) = &self.buffers else {
+            return false;
+        };
+        if region < regs.count.load(Relaxed) {
+            return true;
+        }
+        let Some(arena) = self.recycler.arena() else {
+            return false;
+        };
+        let mut refused = regs.refused.lock();
+        let from = regs.count.load(Relaxed);
+        if *refused || region >= MAX_REGIONS as u32 {
+            return false;
+        }
+        if region < from {
+            return true;
+        }
+        let Some(iovecs) = (from..=region)
+            .map(|i| arena.region(i))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return false;
+        };
+        // SAFETY: the regions are allocations of the arena, which the ring's recycler keeps
+        // alive for the ring's lifetime; the kernel pins their pages while registered.
+        match unsafe {
+            self.uring
+                .submitter()
+                .register_buffers_update(from, &iovecs, None)
+        } {
+            Ok(()) => {
+                regs.count.store(region + 1, Relaxed);
+                true
+            }
+            Err(e) => {
+                log::debug!("ooode: io_uring refused registered buffers, reading without: {e}");
+                *refused = true;
+                false
+            }
+        }
+    }
+
+    /// Reads sent into registered buffers so far.
+    pub fn fixed_buffer_reads(&self) -> u64 {
+        self.buffers.as_ref().map_or(0, |r| r.reads.load(Relaxed))
     }
 
     /// Makes the kernel signal a new eventfd on every completion (so a reactor can wait for
@@ -269,13 +347,31 @@ impl Ring {
     pub fn push(&self, target: Target, mut op: Box<ReadOp>) {
         let len = op.buf.len() as u32;
         let ptr = op.buf.as_mut_ptr();
-        let read = match target {
-            Target::Fixed(slot) => opcode::Read::new(types::Fixed(slot), ptr, len),
-            Target::Fd(fd) => opcode::Read::new(types::Fd(fd), ptr, len),
-        };
         let offset = op.offset;
+        let region = op.buf.region().filter(|&r| self.registered(r));
+        let entry = match (target, region) {
+            (Target::Fixed(slot), None) => opcode::Read::new(types::Fixed(slot), ptr, len)
+                .offset(offset)
+                .build(),
+            (Target::Fd(fd), None) => opcode::Read::new(types::Fd(fd), ptr, len)
+                .offset(offset)
+                .build(),
+            (Target::Fixed(slot), Some(r)) => {
+                opcode::ReadFixed::new(types::Fixed(slot), ptr, len, r as u16)
+                    .offset(offset)
+                    .build()
+            }
+            (Target::Fd(fd), Some(r)) => opcode::ReadFixed::new(types::Fd(fd), ptr, len, r as u16)
+                .offset(offset)
+                .build(),
+        };
+        if region.is_some()
+            && let Some(regs) = &self.buffers
+        {
+            regs.reads.fetch_add(1, Relaxed);
+        }
         let token = Box::into_raw(op) as u64;
-        let entry = read.offset(offset).build().user_data(token);
+        let entry = entry.user_data(token);
         let _sq = self.sq.lock();
         self.push_entry(&entry);
         self.unsubmitted.store(true, SeqCst);
@@ -287,7 +383,8 @@ impl Ring {
             // SAFETY: the `sq` lock is held, so no other submission queue handle is in use;
             // the entry's buffer is owned by its ReadOp box until its completion is reaped,
             // and its file stays open for the engine's lifetime, so the kernel never writes
-            // to freed memory or reads a closed descriptor.
+            // to freed memory or reads a closed descriptor; a read into a registered buffer
+            // names the registered region that holds the buffer.
             let pushed = unsafe { self.uring.submission_shared().push(entry) };
             if pushed.is_ok() {
                 return;
