@@ -294,6 +294,20 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
+/// Asks the CPU to bring the first `max_lines` cache lines of `bytes` into its cache, without
+/// waiting for them (several misses then overlap, where reading would take them one by one).
+pub fn prefetch(bytes: &[u8], max_lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64).take(max_lines) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint; it reads nothing into the program and cannot fault,
+        // and the address is inside `bytes` anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, max_lines);
+}
+
 /// Little-endian readers that return None instead of panicking past the end.
 pub(crate) fn read_u16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
