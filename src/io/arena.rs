@@ -155,6 +155,18 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_names_its_region_only_to_its_own_arena() {
+        let (a, b) = (
+            Arena::new(REGION_BYTES).unwrap(),
+            Arena::new(REGION_BYTES).unwrap(),
+        );
+        let buf = a.carve(8192).unwrap();
+        assert_eq!(buf.region_of(&a), Some(0));
+        assert_eq!(buf.region_of(&b), None);
+        assert_eq!(AlignedBuf::zeroed(8192).region_of(&a), None);
+    }
+
+    #[test]
     fn buffers_keep_the_arena_alive() {
         let arena = Arena::new(REGION_BYTES).unwrap();
         let mut buf = arena.carve(4096).unwrap();

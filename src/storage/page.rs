@@ -252,6 +252,24 @@ impl AlignedBuf {
         }
     }
 
+    /// The region this buffer is a slice of, if `owner` is the memory that holds it.
+    pub fn region_of<T: std::any::Any + Send + Sync>(
+        &self,
+        owner: &std::sync::Arc<T>,
+    ) -> Option<u32> {
+        match &self.origin {
+            Origin::Region { region, _owner }
+                if std::ptr::addr_eq(
+                    std::sync::Arc::as_ptr(_owner),
+                    std::sync::Arc::as_ptr(owner),
+                ) =>
+            {
+                Some(*region)
+            }
+            _ => None,
+        }
+    }
+
     fn layout(len: usize) -> Layout {
         assert!(len > 0, "AlignedBuf of zero length");
         Layout::from_size_align(len, PAGE_ALIGN).expect("page buffer layout")

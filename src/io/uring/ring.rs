@@ -348,7 +348,10 @@ impl Ring {
         let len = op.buf.len() as u32;
         let ptr = op.buf.as_mut_ptr();
         let offset = op.offset;
-        let region = op.buf.region().filter(|&r| self.registered(r));
+        // Only a buffer of this ring's own arena: another's region numbers other memory.
+        let region = (self.recycler.arena())
+            .and_then(|arena| op.buf.region_of(arena))
+            .filter(|&r| self.registered(r));
         let entry = match (target, region) {
             (Target::Fixed(slot), None) => opcode::Read::new(types::Fixed(slot), ptr, len)
                 .offset(offset)
