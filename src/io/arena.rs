@@ -170,8 +170,12 @@ mod tests {
     fn buffers_keep_the_arena_alive() {
         let arena = Arena::new(REGION_BYTES).unwrap();
         let mut buf = arena.carve(4096).unwrap();
+        let weak = Arc::downgrade(&arena);
         drop(arena);
+        assert!(weak.upgrade().is_some(), "the buffer holds the arena");
         buf[0] = 9;
         assert_eq!(buf[0], 9);
+        drop(buf);
+        assert!(weak.upgrade().is_none(), "the last buffer let it go");
     }
 }

@@ -46,22 +46,21 @@ struct Free {
 impl Recycler {
     /// A recycler keeping at most `keep_bytes` of free buffers.
     pub fn new(keep_bytes: usize) -> Arc<Self> {
-        Arc::new(Self {
-            free: Mutex::new(Free::default()),
-            keep_bytes,
-            fresh: AtomicU64::new(0),
-            arena: None,
-        })
+        Self::carving_from(keep_bytes, None)
     }
 
     /// A recycler keeping at most `keep_bytes` of free buffers, carving new ones from an
     /// arena that large (none if that is less than one region).
     pub fn with_arena(keep_bytes: usize) -> Arc<Self> {
+        Self::carving_from(keep_bytes, Arena::new(keep_bytes))
+    }
+
+    fn carving_from(keep_bytes: usize, arena: Option<Arc<Arena>>) -> Arc<Self> {
         Arc::new(Self {
             free: Mutex::new(Free::default()),
             keep_bytes,
             fresh: AtomicU64::new(0),
-            arena: Arena::new(keep_bytes),
+            arena,
         })
     }
 

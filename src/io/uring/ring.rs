@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 
 use super::queue::DeviceQueue;
 use super::request::ReadOp;
-use crate::io::arena::MAX_REGIONS;
+use crate::io::arena::{Arena, MAX_REGIONS};
 use crate::io::batch::Submit;
 use crate::io::buf::{PageBuf, Recycler};
 use crate::io::files::{FileTable, short_read};
@@ -149,16 +149,13 @@ impl Ring {
     /// Whether arena region `region` is registered with this ring, registering it (and the
     /// regions before it) first if need be; false where the kernel refuses (for instance
     /// over the locked-memory limit), and from then on.
-    fn registered(&self, region: u32) -> bool {
+    fn registered(&self, arena: &Arena, region: u32) -> bool {
         let Some(regs) = &self.buffers else {
             return false;
         };
         if region < regs.count.load(Relaxed) {
             return true;
         }
-        let Some(arena) = self.recycler.arena() else {
-            return false;
-        };
         let mut refused = regs.refused.lock();
         let from = regs.count.load(Relaxed);
         if *refused || region >= MAX_REGIONS as u32 {
@@ -349,9 +346,10 @@ impl Ring {
         let ptr = op.buf.as_mut_ptr();
         let offset = op.offset;
         // Only a buffer of this ring's own arena: another's region numbers other memory.
-        let region = (self.recycler.arena())
-            .and_then(|arena| op.buf.region_of(arena))
-            .filter(|&r| self.registered(r));
+        let region = self
+            .recycler
+            .arena()
+            .and_then(|arena| (op.buf.region_of(arena)).filter(|&r| self.registered(arena, r)));
         let entry = match (target, region) {
             (Target::Fixed(slot), None) => opcode::Read::new(types::Fixed(slot), ptr, len)
                 .offset(offset)
