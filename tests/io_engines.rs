@@ -647,3 +647,51 @@ fn reads_outlive_the_runtime_whose_reactor_reaped_them() {
     assert_eq!(&page[..], &data[5 * PAGE..6 * PAGE]);
     assert!(!engine.reaps_on_reactor());
 }
+
+/// A lookup that goes on from a descent made ahead of it (through the pinned nodes, see
+/// `descend_ahead`) finds what a lookup from the root finds, and counts the same hits; where
+/// the walk leaves the pinned nodes (a dense index's leaves) both give up alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_descended_ahead_find_what_lookups_from_the_root_find() {
+    use ooode::access::steps::{descend_ahead, lookup_cached};
+    use ooode::storage::KeyEncoder;
+    use ooode::storage::btree::KeyRange;
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let engine: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(false));
+    let io = TableIo::open(table.clone(), engine, BufferPool::new(1 << 20)).unwrap();
+    io.load_pinned().await.unwrap();
+    let schema = table.schema();
+    let encoder = KeyEncoder::new(&[schema.fields()[0].clone()]).unwrap();
+    let keys: Vec<i64> = vec![-5, 0, 1, 17, 4_999, 25_000, 49_999, 50_000, 1 << 40];
+    let keys = arrow::array::Int64Array::from(keys);
+    let encoded = encoder.encode_rows(&[Arc::new(keys)]).unwrap();
+    let mut found_any = false;
+    for (index, max) in [(0, 256), (1, 1_000)] {
+        for key in &encoded {
+            let range = Arc::new(KeyRange::prefix(key.clone()));
+            let (plain, ahead) = (
+                Arc::new(IoMetrics::default()),
+                Arc::new(IoMetrics::default()),
+            );
+            let from_root =
+                lookup_cached(&io, index, &range, &Counters::one(plain.clone()), max, None)
+                    .unwrap();
+            let descended = descend_ahead(&io, index, &range);
+            assert!(descended.is_some(), "the nodes parse");
+            let went_on = lookup_cached(
+                &io,
+                index,
+                &range,
+                &Counters::one(ahead.clone()),
+                max,
+                descended,
+            )
+            .unwrap();
+            assert_eq!(from_root, went_on, "index {index}, key {key:?}");
+            assert_eq!(plain.snapshot().hits, ahead.snapshot().hits);
+            found_any |= from_root.is_some_and(|ids| !ids.is_empty());
+        }
+    }
+    assert!(found_any, "some lookup found rows");
+}

@@ -408,8 +408,9 @@ pub fn lookup_cached(
     range: &Arc<KeyRange>,
     counters: &Counters,
     max: usize,
+    ahead: Option<Descended>,
 ) -> Result<Option<Vec<u64>>> {
-    lookup_cached_into(table, index, range, counters, max, Vec::new())
+    lookup_cached_into(table, index, range, counters, max, Vec::new(), ahead)
 }
 
 /// The keys [`lookup_keys`] would find, decoded at once when [`lookup_cached`] would find
@@ -421,8 +422,9 @@ pub fn lookup_cached_keys(
     counters: &Counters,
     max: usize,
     decoder: &Arc<KeyDecoder>,
+    ahead: Option<Descended>,
 ) -> Result<Option<KeyRows>> {
-    lookup_cached_into(table, index, range, counters, max, decoder.rows())
+    lookup_cached_into(table, index, range, counters, max, decoder.rows(), ahead)
 }
 
 fn lookup_cached_into<T: Found>(
@@ -432,13 +434,19 @@ fn lookup_cached_into<T: Found>(
     counters: &Counters,
     max: usize,
     mut out: T,
+    ahead: Option<Descended>,
 ) -> Result<Option<T>> {
-    let mut visited = 0;
+    let mut visited = ahead.as_ref().map_or(0, |d| d.visited);
+    let mut ahead = ahead.map(|d| d.cursors.into_iter());
     let quiet = Counters::default();
     for part in 0..table.segments() {
         let meta = index_meta(table, part, index)?;
-        let mut cursor =
-            RangeCursor::new(&meta.tree, range.clone(), meta.is_sparse()).with_verified_pages();
+        let mut cursor = match ahead.as_mut().and_then(Iterator::next) {
+            Some(cursor) => cursor,
+            None => {
+                RangeCursor::new(&meta.tree, range.clone(), meta.is_sparse()).with_verified_pages()
+            }
+        };
         let start = out.len();
         while let Some(page_no) = cursor.next_page() {
             let Some(node) = table.cached_index_page(part, index, page_no, &quiet) else {
@@ -455,8 +463,54 @@ fn lookup_cached_into<T: Found>(
         }
         out.shift_from(start, table, part);
     }
-    (0..visited).for_each(|_| counters.hit());
+    // Counted once per lookup: each count is a locked addition on a line both cores write.
+    counters.hits(visited);
     Ok(Some(out))
+}
+
+/// A lookup's descent through pinned nodes, made a few probes ahead of it (see
+/// [`descend_ahead`]): the lookup goes on from where it stopped.
+#[derive(Debug)]
+pub struct Descended {
+    /// One per segment, at the first leaf (or at the first node not pinned).
+    cursors: Vec<RangeCursor>,
+    /// Nodes searched on the way (counted as hits by the lookup).
+    visited: u64,
+}
+
+/// Descends towards `range` through the pinned nodes of each segment's `index` and asks the
+/// CPU for what the search of the leaf it lands on reads first, without waiting for it. Made
+/// a few probes ahead of the probe's [`lookup_cached`], which goes on from there: the leaf
+/// search's misses then overlap the probes in between instead of being waited for one after
+/// another. None where a node does not parse (the lookup then starts over, and reports it).
+pub fn descend_ahead(table: &TableIo, index: usize, range: &Arc<KeyRange>) -> Option<Descended> {
+    struct Nothing;
+    impl LeafSink for Nothing {
+        fn entry(&mut self, _: &[u8], _: u64) -> std::result::Result<(), String> {
+            Ok(())
+        }
+    }
+    let mut cursors = Vec::with_capacity(table.segments());
+    let mut visited = 0;
+    for part in 0..table.segments() {
+        let meta = index_meta(table, part, index).ok()?;
+        let mut cursor =
+            RangeCursor::new(&meta.tree, range.clone(), meta.is_sparse()).with_verified_pages();
+        while let Some(page_no) = cursor.next_page() {
+            let Some((page, keys)) = table.pinned_index_node(part, index, page_no) else {
+                break;
+            };
+            if cursor.at_first_leaf() {
+                cursor.prefetch_node(page, Some(keys));
+                break;
+            }
+            visited += 1;
+            // Inner nodes hand out no entries.
+            (cursor.feed_node(page, Some(keys), Path::new(""), &mut Nothing)).ok()?;
+        }
+        cursors.push(cursor);
+    }
+    Some(Descended { cursors, visited })
 }
 
 /// Every value [`lookup_leaves`] finds, gathered.

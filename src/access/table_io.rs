@@ -78,7 +78,14 @@ impl Counters {
 
     /// Counts a page found without a read.
     pub fn hit(&self) {
-        self.node.iter().chain(&self.query).for_each(|m| m.hit());
+        self.hits(1);
+    }
+
+    /// Counts `n` pages found without a read.
+    pub fn hits(&self, n: u64) {
+        if n > 0 {
+            self.node.iter().chain(&self.query).for_each(|m| m.hits(n));
+        }
     }
 }
 
@@ -729,6 +736,48 @@ impl TableIo {
     pub fn cached_heap_page(&self, page_no: u64, counters: &Counters) -> Option<PageBuf> {
         let (part, local) = self.heap_part(page_no);
         self.cached(&part.heap, local, PageHint::Data, counters)
+    }
+
+    /// [`cached_heap_page`](Self::cached_heap_page) of many pages at once (see
+    /// [`BufferPool::get_cached_many`]): `out[i]` is heap page `page_nos[i]` if the pool
+    /// holds it (`out` is cleared first).
+    pub fn cached_heap_pages(
+        &self,
+        page_nos: &[u64],
+        counters: &Counters,
+        out: &mut Vec<Option<PageBuf>>,
+    ) {
+        let mut keys = Vec::with_capacity(page_nos.len());
+        let mut at = Vec::with_capacity(page_nos.len());
+        for (i, &page_no) in page_nos.iter().enumerate() {
+            let (part, local) = self.heap_part(page_no);
+            if local < part.heap.pages {
+                let (path_idx, offset) = part.heap.striping.locate(local);
+                keys.push((part.heap.pool_keys[path_idx], offset));
+                at.push(i);
+            }
+        }
+        let mut found = Vec::new();
+        let hits = self.pool.get_cached_many(&keys, PageHint::Data, &mut found);
+        counters.hits(hits as u64);
+        out.clear();
+        out.resize(page_nos.len(), None);
+        for (i, page) in at.into_iter().zip(found) {
+            out[i] = page;
+        }
+    }
+
+    /// Node `page_no` of the `index`-th index of segment `part` if it is pinned (not counted:
+    /// for a look ahead, not a read).
+    pub fn pinned_index_node(
+        &self,
+        part: usize,
+        index: usize,
+        page_no: u64,
+    ) -> Option<(&PageBuf, &SearchKeys)> {
+        let seg = self.parts.get(part)?.indexes.get(index)?;
+        let node = seg.pinned_node(page_no)?;
+        Some((&node.page, &node.keys))
     }
 
     /// Node `page_no` of the `index`-th index of segment `part` if it is pinned or the

@@ -76,7 +76,12 @@ impl IoMetrics {
 
     /// Counts a buffer pool hit.
     pub fn hit(&self) {
-        self.hits.fetch_add(1, Relaxed);
+        self.hits(1);
+    }
+
+    /// Counts `n` buffer pool hits.
+    pub fn hits(&self, n: u64) {
+        self.hits.fetch_add(n, Relaxed);
     }
 
     /// Current values.

@@ -109,6 +109,19 @@ struct Shard {
     stats: ShardStats,
 }
 
+/// A shard on cache lines of its own: both cores lock shards at random, and a lock sharing a
+/// line with its neighbour's would make each lookup wait for the other core's writes to it.
+#[derive(Default)]
+#[repr(align(128))]
+struct PaddedShard(Mutex<Shard>);
+
+impl std::ops::Deref for PaddedShard {
+    type Target = Mutex<Shard>;
+    fn deref(&self) -> &Mutex<Shard> {
+        &self.0
+    }
+}
+
 #[derive(Default, Clone, Copy)]
 struct ShardStats {
     hits: u64,
@@ -148,7 +161,7 @@ pub struct PoolStats {
 
 /// A page cache with a byte budget.
 pub struct BufferPool {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[PaddedShard]>,
     hasher: FastHash,
     budget: AtomicUsize,
     used: AtomicUsize,
@@ -280,7 +293,7 @@ impl BufferPool {
     /// A pool holding at most `budget` bytes, all of them reserved in `memory` first.
     pub fn with_memory(budget: usize, memory: Option<Arc<dyn PoolMemory>>) -> Arc<Self> {
         Arc::new(Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS).map(|_| PaddedShard::default()).collect(),
             // Another seed than the shards' maps: keys of one shard must still spread there.
             hasher: FastHash::with_seed(0x9E37_79B9_7F4A_7C15),
             budget: AtomicUsize::new(budget),
@@ -339,7 +352,11 @@ impl BufferPool {
     }
 
     fn shard(&self, key: &PageKey) -> &Mutex<Shard> {
-        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+        &self.shards[self.shard_of(key)]
+    }
+
+    fn shard_of(&self, key: &PageKey) -> usize {
+        self.hasher.hash_one(key) as usize % SHARDS
     }
 
     /// The page `key` of `len` bytes: cached, joined to a read in flight, or read by `load`.
@@ -617,9 +634,73 @@ impl BufferPool {
             return None;
         };
         let page = page.clone();
-        e.chances = e.chances.max(hint.chances());
+        if e.chances < hint.chances() {
+            e.chances = hint.chances();
+        }
         s.stats.hits += 1;
         Some(page)
+    }
+
+    /// [`get_cached`](Self::get_cached) of many keys at once: `out[i]` is the page of
+    /// `keys[i]` if it is cached (`out` is cleared first); returns the number found.
+    ///
+    /// Each shard is locked once for all its keys, and its entries are all found before any
+    /// page is handed out: a lookup one at a time costs three dependent cache misses (the
+    /// table's control bytes, the entry, the page's reference count) behind two locked
+    /// instructions that keep the next lookup's misses from starting, so a hot probe loop
+    /// waited on memory one miss at a time. Here the entries' misses overlap, the counts
+    /// are fetched into the cache before they are incremented, and the first two lines of
+    /// each page found are asked for.
+    pub fn get_cached_many(
+        &self,
+        keys: &[PageKey],
+        hint: PageHint,
+        out: &mut Vec<Option<PageBuf>>,
+    ) -> usize {
+        out.clear();
+        out.resize(keys.len(), None);
+        let mut by_shard: Vec<(u32, u32)> = (keys.iter().enumerate())
+            .map(|(i, key)| (self.shard_of(key) as u32, i as u32))
+            .collect();
+        by_shard.sort_unstable();
+        let mut found = 0;
+        let mut renewed: Vec<u32> = Vec::new();
+        let wanted = hint.chances();
+        for run in by_shard.chunk_by(|a, b| a.0 == b.0) {
+            let mut s = self.shards[run[0].0 as usize].lock();
+            let shard = &mut *s;
+            let mut pages: Vec<(u32, &PageBuf)> = Vec::with_capacity(run.len());
+            for &(_, i) in run {
+                if let Some(e) = shard.map.get(&keys[i as usize])
+                    && let State::Ready(page) = &e.state
+                {
+                    page.prefetch_count();
+                    pages.push((i, page));
+                    if e.chances < wanted {
+                        renewed.push(i);
+                    }
+                }
+            }
+            for (i, page) in pages {
+                // Its holder count is in the cache now, and with it where the bytes are: the
+                // page's first lines (its header, where every reader starts) are asked for
+                // while they are known.
+                crate::storage::page::prefetch(page, 2);
+                out[i as usize] = Some(page.clone());
+            }
+            for i in renewed.drain(..) {
+                if let Some(e) = shard.map.get_mut(&keys[i as usize]) {
+                    e.chances = e.chances.max(wanted);
+                }
+            }
+            let hits = run
+                .iter()
+                .filter(|&&(_, i)| out[i as usize].is_some())
+                .count();
+            shard.stats.hits += hits as u64;
+            found += hits;
+        }
+        found
     }
 
     /// Drops every cached page (reads in flight finish and are then cached).
@@ -721,6 +802,65 @@ mod tests {
         fn shrink(&self, bytes: usize) {
             *self.held.lock() -= bytes;
         }
+    }
+
+    /// The batched lookup finds exactly what lookups one at a time find (cached pages only,
+    /// not reads in flight), in the order asked, duplicates included, counts its hits and
+    /// renews the chances of what it finds.
+    #[tokio::test]
+    async fn many_lookups_at_once_find_what_single_lookups_find() {
+        let pool = BufferPool::new(1 << 24);
+        for i in 0..300u64 {
+            let key = (FileId((i % 3) as u32), i * 4096);
+            let load = move || futures::future::ready(Ok(page(i as u8))).boxed();
+            pool.get(key, 4096, PageHint::Data, load).await.unwrap();
+        }
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let loading_key = (FileId(0), 1 << 30);
+        let mut loading = Box::pin(pool.get(loading_key, 4096, PageHint::Data, move || {
+            async move {
+                let _ = rx.await;
+                Ok(page(0))
+            }
+            .boxed()
+        }));
+        assert!(futures::poll!(loading.as_mut()).is_pending());
+        // Present, absent (another file, another offset), loading, and repeated keys.
+        let mut keys: Vec<PageKey> = (0..400u64)
+            .map(|i| (FileId((i % 3) as u32), i * 4096))
+            .collect();
+        keys.extend([
+            (FileId(7), 0),
+            loading_key,
+            (FileId(1), 4096),
+            (FileId(1), 4096),
+        ]);
+        // Worn down to no chance, as the clock leaves a page it passed.
+        let worn = (FileId(1), 4096);
+        pool.shard(&worn).lock().map.get_mut(&worn).unwrap().chances = 0;
+        let hits_before = pool.stats().hits;
+        let mut out = Vec::new();
+        let found = pool.get_cached_many(&keys, PageHint::Data, &mut out);
+        assert_eq!(out.len(), keys.len());
+        assert_eq!(found, 302, "300 pages, one of them asked three times");
+        assert_eq!(pool.stats().hits - hits_before, 302);
+        for (key, got) in keys.iter().zip(&out) {
+            let single = pool.get_cached(*key, PageHint::Data);
+            assert_eq!(
+                got.as_ref().map(|p| p.as_ptr()),
+                single.as_ref().map(|p| p.as_ptr()),
+                "{key:?}"
+            );
+        }
+        assert!(
+            out[300..402].iter().all(Option::is_none),
+            "absent pages and a read in flight are not found"
+        );
+        assert_eq!(pool.shard(&worn).lock().map[&worn].chances, 1);
+        drop(tx);
+        loading.await.unwrap();
+        pool.get_cached_many(&[loading_key], PageHint::Data, &mut out);
+        assert!(out[0].is_some(), "cached once its read is done");
     }
 
     #[tokio::test]

@@ -315,15 +315,22 @@ impl std::fmt::Debug for AlignedBuf {
 /// Asks the CPU to bring the first `max_lines` cache lines of `bytes` into its cache, without
 /// waiting for them (several misses then overlap, where reading would take them one by one).
 pub fn prefetch(bytes: &[u8], max_lines: usize) {
-    #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64).take(max_lines) {
+        prefetch_at(line.as_ptr());
+    }
+}
+
+/// Asks the CPU to bring the line at `at` into its cache: a hint, which reads nothing into
+/// the program and cannot fault, whatever the address.
+pub fn prefetch_at(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch is a hint; it reads nothing into the program and cannot fault,
-        // and the address is inside `bytes` anyway.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        // SAFETY: a prefetch never dereferences its address for the program and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, max_lines);
+    let _ = at;
 }
 
 /// Little-endian readers that return None instead of panicking past the end.

@@ -40,8 +40,8 @@ use super::exec::InnerSide;
 use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    StepCtx, decode_page_shared, group_by_page, heap_page, lookup_cached, lookup_cached_keys,
-    lookup_keys, lookup_leaves,
+    Descended, StepCtx, decode_page_shared, descend_ahead, group_by_page, heap_page, lookup_cached,
+    lookup_cached_keys, lookup_keys, lookup_leaves,
 };
 use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
@@ -90,6 +90,57 @@ enum Walk {
     /// Row ids found from cached nodes while the page fetches were at their cap: the fetches
     /// wait their turn, the walk is not done again.
     Found(Vec<u64>),
+}
+
+/// How many probes ahead of its lookup a probe descends to its leaf and asks for the lines
+/// of its search there: far enough for them to arrive (a probe takes a microsecond or two),
+/// near enough for them to stay cached.
+const PROBES_AHEAD: usize = 8;
+
+/// Row slots grouped by heap page (see `group_by_page`).
+type PageGroups = Vec<(u64, Vec<u16>)>;
+
+/// Probes whose row ids are known, gathered for one pool lookup of their pages.
+#[derive(Default)]
+struct FoundNow {
+    /// Each probe's row slots, grouped by page.
+    probes: Vec<(u64, PageGroups)>,
+    /// The pages they add to the fetches (not among them already), once each: the window of
+    /// fetches counts as if they were fetched one probe at a time.
+    planned: foldhash::HashSet<u64>,
+}
+
+impl FoundNow {
+    /// Adds `probe` with row ids `ids`; `fetching` are the pages being fetched now.
+    fn push<V>(&mut self, probe: u64, ids: &[u64], fetching: &HashMap<u64, V>) {
+        let groups = group_by_page(ids);
+        for (page_no, _) in &groups {
+            if !fetching.contains_key(page_no) {
+                self.planned.insert(*page_no);
+            }
+        }
+        self.probes.push((probe, groups));
+    }
+
+    /// Pages it adds to the fetches.
+    fn pages(&self) -> usize {
+        self.planned.len()
+    }
+}
+
+/// What one lookup of many pages found in the pool: `pages[i]` is page `wanted[i]` (sorted).
+struct Cached {
+    wanted: Vec<u64>,
+    pages: Vec<Option<PageBuf>>,
+}
+
+impl Cached {
+    /// The page `page_no` if the lookup found it (once: its later requesters find it among
+    /// the fetches).
+    fn take(&mut self, page_no: u64) -> Option<PageBuf> {
+        let i = self.wanted.binary_search(&page_no).ok()?;
+        self.pages[i].take()
+    }
 }
 
 /// Most values a probe gathers without a walk of its own (see `lookup_cached`): a key with
@@ -305,13 +356,27 @@ impl Join {
                 bytes,
             },
         );
-        for (key, span) in keyed.keys {
+        // Probes whose pages are fetched now: their pool lookups are made together at the end.
+        let mut found_now = FoundNow::default();
+        // Probes a few ahead have descended to their leaf already (see `descend_ahead`).
+        let mut keys =
+            (keyed.keys.into_iter()).map(|(key, span)| (Arc::new(KeyRange::prefix(key)), span));
+        let mut ahead = VecDeque::with_capacity(PROBES_AHEAD);
+        loop {
+            while ahead.len() < PROBES_AHEAD
+                && let Some((range, span)) = keys.next()
+            {
+                let descended = descend_ahead(&self.inner.table, self.inner.index, &range);
+                ahead.push_back((range, span, descended));
+            }
+            let Some((range, span, descended)) = ahead.pop_front() else {
+                break;
+            };
             let id = self.id();
             let rows = OuterRows {
                 all: keyed.rows.clone(),
                 span,
             };
-            let range = Arc::new(KeyRange::prefix(key));
             let matched = self.spec.tracks_matches().then(|| vec![false; rows.len()]);
             self.probes.insert(
                 id,
@@ -325,7 +390,7 @@ impl Join {
                 },
             );
             if let Some(keys) = self.keys.clone() {
-                self.start_keys(id, range, &keys)?;
+                self.start_keys(id, range, &keys, descended)?;
                 continue;
             }
             // Index nodes all cached: the probe's pages at once, no walk to wait for.
@@ -335,16 +400,16 @@ impl Join {
                 &range,
                 self.steps.counters(),
                 CACHED_LOOKUP_VALUES,
+                descended,
             )?;
             match found {
                 // Within the window of page fetches (and behind no parked probe): now.
                 Some(ids)
                     if self.parked.is_empty()
-                        && self.pages.len() + ids.len() <= self.limits.max_fetches =>
+                        && self.pages.len() + found_now.pages() + ids.len()
+                            <= self.limits.max_fetches =>
                 {
-                    self.fetch_pages(id, &ids);
-                    // The walk is over.
-                    self.release(id);
+                    found_now.push(id, &ids, &self.pages);
                 }
                 // Beyond it the fetches wait their turn (in order, with two fetches at most,
                 // nearly every probe of a batch: walking again would descend twice more).
@@ -361,6 +426,7 @@ impl Join {
                 }
             }
         }
+        self.fetch_found(found_now);
         Ok(())
     }
 
@@ -371,6 +437,7 @@ impl Join {
         id: u64,
         range: Arc<KeyRange>,
         keys: &Arc<IndexColumns>,
+        descended: Option<Descended>,
     ) -> Result<()> {
         let found = lookup_cached_keys(
             &self.inner.table,
@@ -379,6 +446,7 @@ impl Join {
             self.steps.counters(),
             CACHED_LOOKUP_VALUES,
             keys.decoder(),
+            descended,
         )?;
         match found {
             Some(rows) => {
@@ -485,10 +553,44 @@ impl Join {
     }
 
     fn fetch_pages(&mut self, probe: u64, ids: &[u64]) {
+        self.fetch_groups(probe, group_by_page(ids), None);
+    }
+
+    /// Fetches the pages of probes whose walks are over, and ends the walks: one pool lookup
+    /// for the pages of all of them (see `TableIo::cached_heap_pages`), then each probe's
+    /// fetches as [`fetch_pages`](Self::fetch_pages) would start them.
+    fn fetch_found(&mut self, found: FoundNow) {
+        if found.probes.len() <= 1 {
+            // One probe (in order, nearly always): the lookups one by one cost less.
+            for (probe, groups) in found.probes {
+                self.fetch_groups(probe, groups, None);
+                self.release(probe);
+            }
+            return;
+        }
+        let groups = found.probes;
+        let mut wanted: Vec<u64> = (groups.iter())
+            .flat_map(|(_, pages)| pages.iter().map(|(page_no, _)| *page_no))
+            .filter(|page_no| !self.pages.contains_key(page_no))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut pages = Vec::new();
+        (self.inner.table).cached_heap_pages(&wanted, self.steps.counters(), &mut pages);
+        let mut cached = Cached { wanted, pages };
+        for (probe, probe_pages) in groups {
+            self.fetch_groups(probe, probe_pages, Some(&mut cached));
+            self.release(probe); // the walk is over
+        }
+    }
+
+    /// Fetches `probe`'s pages (row slots grouped by page); `cached` holds what a lookup made
+    /// for many probes at once found in the pool (else each page is looked up here).
+    fn fetch_groups(&mut self, probe: u64, groups: PageGroups, mut cached: Option<&mut Cached>) {
         let Some(p) = self.probes.get_mut(&probe) else {
             return;
         };
-        for (page_no, slots) in group_by_page(ids) {
+        for (page_no, slots) in groups {
             p.pending += 1;
             if let Some(waiting) = self.pages.get_mut(&page_no) {
                 waiting.push((probe, slots));
@@ -498,12 +600,14 @@ impl Join {
             // A page in the pool needs no task (a boxed future, a wake-up and a poll each, per
             // page). Its first lines are fetched into the cache now, and it is decoded at the
             // loop's next turn, after the other probes' lookups: by then they have arrived.
-            if let Some(page) = self
-                .inner
-                .table
-                .cached_heap_page(page_no, self.steps.counters())
-            {
-                prefetch_head(&page);
+            let in_pool = match cached.as_deref_mut() {
+                // Its head was asked for by the lookup.
+                Some(cached) => cached.take(page_no),
+                None => (self.inner.table)
+                    .cached_heap_page(page_no, self.steps.counters())
+                    .inspect(prefetch_head),
+            };
+            if let Some(page) = in_pool {
                 self.ready.push_back((page_no, page));
                 continue;
             }
@@ -526,15 +630,26 @@ impl Join {
     /// Resumes parked probes while the window of fetches and the output have room; pages they
     /// find in the pool are decoded on the way (so they never wait with nothing in flight).
     fn resume_parked(&mut self) -> Result<()> {
-        while self.out_bytes < self.limits.out_bytes && self.pages.len() < self.limits.max_fetches {
-            let Some((probe, leaves)) = self.parked.pop_front() else {
+        // Probes whose row ids are known are gathered, for one pool lookup of their pages.
+        let mut found_now = FoundNow::default();
+        let room =
+            |join: &Self, planned: usize| join.pages.len() + planned < join.limits.max_fetches;
+        while self.out_bytes < self.limits.out_bytes && room(self, found_now.pages()) {
+            let Some((probe, walk)) = self.parked.pop_front() else {
                 break;
             };
-            self.resume(probe, leaves);
-            if self.pages.len() >= self.limits.max_fetches {
+            match walk {
+                Walk::Found(ids) if self.probes.get(&probe).is_some_and(|p| !p.settled) => {
+                    found_now.push(probe, &ids, &self.pages)
+                }
+                walk => self.resume(probe, walk),
+            }
+            if !room(self, found_now.pages()) {
+                self.fetch_found(std::mem::take(&mut found_now));
                 self.decode_ready()?;
             }
         }
+        self.fetch_found(found_now);
         self.decode_ready()
     }
 

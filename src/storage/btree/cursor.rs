@@ -276,6 +276,21 @@ impl RangeCursor {
         }
     }
 
+    /// Asks the CPU for what feeding `page` (the page [`next_page`](Self::next_page) asks
+    /// for, kept in memory with its `keys`) will read first: see [`NodeRef::prefetch_search`].
+    /// A page that does not parse is left alone (feeding it reports the damage).
+    pub fn prefetch_node(&self, page: &[u8], keys: Option<&SearchKeys>) {
+        let ScanState::Descend(d) = &self.state else {
+            return;
+        };
+        let Position::Key { key, .. } = d.target.position() else {
+            return;
+        };
+        if let Ok(node) = NodeRef::parse_checked_before(page, Path::new(""), d.page) {
+            node.prefetch_search(keys, key);
+        }
+    }
+
     /// Feeds the page asked for by [`next_page`](Self::next_page); hands the entries found to
     /// `out`.
     pub fn feed<S: LeafSink>(&mut self, page: &[u8], file: &Path, out: &mut S) -> Result<()> {

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use crate::storage::error::{Result, StorageError};
 use crate::storage::key::compare_keys;
-use crate::storage::page::{HEADER_LEN, PageKind, read_u16, read_u64};
+use crate::storage::page::{HEADER_LEN, PageKind, prefetch_at, read_u16, read_u64};
 
 /// "No page": the next pointer of the last leaf.
 pub const NO_PAGE: u64 = u64::MAX;
@@ -294,6 +294,30 @@ impl<'a> NodeRef<'a> {
     }
 }
 
+impl NodeRef<'_> {
+    /// Asks the CPU for the lines a [`search`](Self::search) of `key` through `keys` reads
+    /// after the fences (its block of words, and those entries' slots in the page), without
+    /// waiting for them. Called a few lookups ahead of the search, it turns the search's
+    /// dependent misses into hits.
+    pub fn prefetch_search(&self, keys: Option<&SearchKeys>, key: &[u8]) {
+        let Some(keys) = keys.filter(|keys| keys.next.len() == self.count) else {
+            return;
+        };
+        let head = &key[..keys.shared.len().min(key.len())];
+        if head != &keys.shared[..head.len()] || key.len() < keys.shared.len() {
+            return; // the search ends at the shared prefix
+        }
+        let block = keys.block_of(word_after(key, keys.shared.len()));
+        if let Some(words) = keys.next.get(block.clone()) {
+            prefetch_at(words.as_ptr().cast());
+            prefetch_at(words.as_ptr_range().end.cast::<u8>().wrapping_sub(1));
+        }
+        if let Some(slots) = self.page.get(NODE_HEADER + 2 * block.start..) {
+            prefetch_at(slots.as_ptr());
+        }
+    }
+}
+
 /// A node's keys laid out for search: the prefix all of them share, and of each key the eight
 /// bytes after it (big-endian, zero-padded) in one array. A search through a node kept in
 /// memory compares these instead of following every entry's slot into the page (two
@@ -341,14 +365,21 @@ impl SearchKeys {
 
     /// Index of the first word not below `word`.
     fn first_not_below(&self, word: u64) -> usize {
+        let block = self.block_of(word);
+        block.start + self.next[block].partition_point(|&w| w < word)
+    }
+
+    /// The words among which the first not below `word` is searched, found through the
+    /// fences (empty when it is the first word).
+    fn block_of(&self, word: u64) -> std::ops::Range<usize> {
         // Blocks from the `blocks`-th start at or above `word`; the one before starts below.
         let blocks = self.fences.partition_point(|&f| f < word);
         let Some(block) = blocks.checked_sub(1) else {
-            return 0;
+            return 0..0;
         };
         let start = block * FENCE_GAP + 1;
         let end = (blocks * FENCE_GAP).min(self.next.len());
-        start + self.next[start..end].partition_point(|&w| w < word)
+        start..end
     }
 }
 
