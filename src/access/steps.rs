@@ -484,12 +484,6 @@ pub struct Descended {
 /// search's misses then overlap the probes in between instead of being waited for one after
 /// another. None where a node does not parse (the lookup then starts over, and reports it).
 pub fn descend_ahead(table: &TableIo, index: usize, range: &Arc<KeyRange>) -> Option<Descended> {
-    struct Nothing;
-    impl LeafSink for Nothing {
-        fn entry(&mut self, _: &[u8], _: u64) -> std::result::Result<(), String> {
-            Ok(())
-        }
-    }
     let mut cursors = Vec::with_capacity(table.segments());
     let mut visited = 0;
     for part in 0..table.segments() {
@@ -505,8 +499,8 @@ pub fn descend_ahead(table: &TableIo, index: usize, range: &Arc<KeyRange>) -> Op
                 break;
             }
             visited += 1;
-            // Inner nodes hand out no entries.
-            (cursor.feed_node(page, Some(keys), Path::new(""), &mut Nothing)).ok()?;
+            // Inner nodes hand out no entries (and an empty vector allocates nothing).
+            (cursor.feed_node(page, Some(keys), Path::new(""), &mut Vec::new())).ok()?;
         }
         cursors.push(cursor);
     }

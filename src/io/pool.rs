@@ -95,6 +95,16 @@ struct Entry {
     ring_pos: usize,
 }
 
+impl Entry {
+    /// Gives the entry back the chances `hint` is worth; written only when they grow (a
+    /// lookup that finds the page then leaves the entry's line clean).
+    fn renew(&mut self, hint: PageHint) {
+        if self.chances < hint.chances() {
+            self.chances = hint.chances();
+        }
+    }
+}
+
 /// Page keys are two integers: a fast hash (not SipHash) for shard choice and shard maps.
 type FastHash = foldhash::fast::FixedState;
 
@@ -444,7 +454,7 @@ impl BufferPool {
         let Some(e) = s.map.get_mut(key) else {
             return Found::Absent;
         };
-        e.chances = e.chances.max(hint.chances());
+        e.renew(hint);
         match &mut e.state {
             State::Ready(page) => {
                 let page = page.clone();
@@ -634,9 +644,7 @@ impl BufferPool {
             return None;
         };
         let page = page.clone();
-        if e.chances < hint.chances() {
-            e.chances = hint.chances();
-        }
+        e.renew(hint);
         s.stats.hits += 1;
         Some(page)
     }
@@ -665,7 +673,6 @@ impl BufferPool {
         by_shard.sort_unstable();
         let mut found = 0;
         let mut renewed: Vec<u32> = Vec::new();
-        let wanted = hint.chances();
         for run in by_shard.chunk_by(|a, b| a.0 == b.0) {
             let mut s = self.shards[run[0].0 as usize].lock();
             let shard = &mut *s;
@@ -676,11 +683,12 @@ impl BufferPool {
                 {
                     page.prefetch_count();
                     pages.push((i, page));
-                    if e.chances < wanted {
+                    if e.chances < hint.chances() {
                         renewed.push(i);
                     }
                 }
             }
+            let hits = pages.len();
             for (i, page) in pages {
                 // Its holder count is in the cache now, and with it where the bytes are: the
                 // page's first lines (its header, where every reader starts) are asked for
@@ -690,13 +698,9 @@ impl BufferPool {
             }
             for i in renewed.drain(..) {
                 if let Some(e) = shard.map.get_mut(&keys[i as usize]) {
-                    e.chances = e.chances.max(wanted);
+                    e.renew(hint);
                 }
             }
-            let hits = run
-                .iter()
-                .filter(|&&(_, i)| out[i as usize].is_some())
-                .count();
             shard.stats.hits += hits as u64;
             found += hits;
         }

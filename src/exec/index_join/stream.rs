@@ -560,26 +560,17 @@ impl Join {
     /// for the pages of all of them (see `TableIo::cached_heap_pages`), then each probe's
     /// fetches as [`fetch_pages`](Self::fetch_pages) would start them.
     fn fetch_found(&mut self, found: FoundNow) {
-        if found.probes.len() <= 1 {
-            // One probe (in order, nearly always): the lookups one by one cost less.
-            for (probe, groups) in found.probes {
-                self.fetch_groups(probe, groups, None);
-                self.release(probe);
-            }
-            return;
-        }
-        let groups = found.probes;
-        let mut wanted: Vec<u64> = (groups.iter())
-            .flat_map(|(_, pages)| pages.iter().map(|(page_no, _)| *page_no))
-            .filter(|page_no| !self.pages.contains_key(page_no))
-            .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
-        let mut pages = Vec::new();
-        (self.inner.table).cached_heap_pages(&wanted, self.steps.counters(), &mut pages);
-        let mut cached = Cached { wanted, pages };
-        for (probe, probe_pages) in groups {
-            self.fetch_groups(probe, probe_pages, Some(&mut cached));
+        // One probe (in order, nearly always): the lookups one by one cost less.
+        let mut cached = (found.probes.len() > 1).then(|| {
+            // The pages not being fetched yet, once each, as gathered.
+            let mut wanted: Vec<u64> = found.planned.into_iter().collect();
+            wanted.sort_unstable();
+            let mut pages = Vec::new();
+            (self.inner.table).cached_heap_pages(&wanted, self.steps.counters(), &mut pages);
+            Cached { wanted, pages }
+        });
+        for (probe, groups) in found.probes {
+            self.fetch_groups(probe, groups, cached.as_mut());
             self.release(probe); // the walk is over
         }
     }
