@@ -253,7 +253,11 @@ impl Admission {
     /// Hands free permits to waiting requests: to the queries of the smallest size class
     /// first, round robin within a class, and one in [`crate::io::priority::FAIR_EVERY`] to the classes in turn.
     fn dispatch(&self) {
-        let mut q = self.queues.lock();
+        self.dispatch_locked(&mut self.queues.lock());
+    }
+
+    /// [`Self::dispatch`] with the queues locked already.
+    fn dispatch_locked(&self, q: &mut Queues) {
         while self.in_use.load(SeqCst) < self.cap.load(SeqCst) {
             let mut granted = None;
             for class in q.class_turns.order() {
@@ -397,10 +401,11 @@ impl Future for Acquire {
                     waiters.levels[this.level].push_back(cell.clone());
                     q.enqueue(id, this.share.class());
                     a.waiting.fetch_add(1, SeqCst);
+                    // Room freed before the request was queued is handed out here, under
+                    // the same lock.
+                    a.dispatch_locked(&mut q);
                 }
                 this.cell = Some(cell.clone());
-                // Room freed before the request was queued is handed out here.
-                a.dispatch();
                 if cell.state.load(SeqCst) == GRANTED {
                     this.share.note_granted(&cell);
                     this.cell = None;

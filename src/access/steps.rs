@@ -116,6 +116,13 @@ pub async fn heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> Result<H
             _permit: None,
         });
     }
+    missing_heap_page(table, page_no, ctx).await
+}
+
+/// Heap page `page_no` of `table`, which the caller has just not found in the buffer pool:
+/// read under a permit without looking again first (the read still finds the page if it
+/// arrived meanwhile, or joins its read).
+pub async fn missing_heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> Result<HeldPage> {
     let permit = ctx.permit().await;
     let page = table
         .heap_page(page_no, &ctx.counters)

@@ -380,11 +380,23 @@ impl BufferPool {
     ) -> Result<(PageBuf, bool)> {
         let shard = self.shard(&key);
         let mut load = Some(load);
-        let found = Self::find(&mut shard.lock(), &key, hint);
-        match found {
-            Found::Hit(page) => return Ok((page, true)),
-            Found::Join(read) => return self.wait(key, read, true).await,
-            Found::Absent => {}
+        let started = {
+            let mut s = shard.lock();
+            match Self::find(&mut s, &key, hint) {
+                Found::Hit(page) => return Ok((page, true)),
+                Found::Join(read) => Err(read),
+                // Room without evicting (the usual case): the entry goes in under this same
+                // lock, one lookup per miss.
+                Found::Absent if self.reserve_without_evicting(len) => Ok(Some(
+                    Self::insert_loading(&mut s, key, len, hint, &mut load),
+                )),
+                Found::Absent => Ok(None),
+            }
+        };
+        match started {
+            Err(read) => return self.wait(key, read, true).await,
+            Ok(Some(read)) => return self.wait(key, read, false).await,
+            Ok(None) => {}
         }
         // A miss: room first (eviction visits other shards, one lock at a time), then the
         // entry, unless another request put it there meanwhile.
@@ -423,11 +435,24 @@ impl BufferPool {
                 return Next::Found(found);
             }
         }
-        s.stats.misses += 1;
         if !reserved {
+            s.stats.misses += 1;
             s.stats.bypasses += 1;
             return Next::Bypass;
         }
+        Next::Wait(Self::insert_loading(&mut s, key, len, hint, load))
+    }
+
+    /// Puts `key` in a locked shard as being read by `load` (its `len` bytes reserved): the
+    /// read every request for the page waits for.
+    fn insert_loading(
+        s: &mut Shard,
+        key: PageKey,
+        len: usize,
+        hint: PageHint,
+        load: &mut Option<impl FnOnce() -> ReadFuture + Send + 'static>,
+    ) -> SharedRead {
+        s.stats.misses += 1;
         // The read starts when first polled, outside the lock.
         let load = load.take().expect("the read starts once");
         let read: SharedRead = async move { load().await.map_err(Arc::new) }
@@ -446,7 +471,7 @@ impl BufferPool {
                 ring_pos,
             },
         );
-        Next::Wait(read)
+        read
     }
 
     /// Looks `key` up in a locked shard, joining a read in flight.
@@ -526,6 +551,37 @@ impl BufferPool {
         }
     }
 
+    /// Takes `len` bytes of the budget if they fit without evicting and without asking the
+    /// pool's memory for more: no lock taken, so it may run under a shard's.
+    fn reserve_without_evicting(&self, len: usize) -> bool {
+        let granted = match self.memory {
+            Some(_) => self.granted_now.load(SeqCst),
+            None => usize::MAX,
+        };
+        let mut used = self.used.load(SeqCst);
+        loop {
+            let want = used + len;
+            if want > self.budget() || want > granted {
+                return false;
+            }
+            match (self.used).compare_exchange_weak(used, want, SeqCst, SeqCst) {
+                Ok(_) => {
+                    self.note_peak(want);
+                    return true;
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Most bytes held: written only when passed (a locked instruction on a line both cores
+    /// read at every miss otherwise).
+    fn note_peak(&self, used: usize) {
+        if used > self.peak.load(Relaxed) {
+            self.peak.fetch_max(used, Relaxed);
+        }
+    }
+
     /// Takes `len` bytes of the budget, evicting to make room; false if nothing more can go.
     fn reserve(&self, len: usize) -> bool {
         for _ in 0..4 {
@@ -537,7 +593,7 @@ impl BufferPool {
                     .compare_exchange(used, want, SeqCst, SeqCst)
                     .is_ok()
                 {
-                    self.peak.fetch_max(want, Relaxed);
+                    self.note_peak(want);
                     return true;
                 }
                 continue;
@@ -781,6 +837,8 @@ mod tests {
     use super::*;
     use crate::io::buf::Recycler;
     use crate::storage::page::AlignedBuf;
+    use std::future::Future;
+    use std::pin::Pin;
 
     fn page(byte: u8) -> PageBuf {
         let mut buf = AlignedBuf::zeroed(4096);
@@ -865,6 +923,97 @@ mod tests {
         loading.await.unwrap();
         pool.get_cached_many(&[loading_key], PageHint::Data, &mut out);
         assert!(out[0].is_some(), "cached once its read is done");
+    }
+
+    type Request<'a> = Pin<Box<dyn Future<Output = Result<(PageBuf, bool)>> + Send + 'a>>;
+
+    /// Two requests for page 0 of file 0, polled once each: the first started its read
+    /// (counted in `loads`), the second joined it. The read returns `outcome(1)` once the
+    /// sender fires (or is dropped).
+    async fn started_and_joined<'a>(
+        pool: &'a BufferPool,
+        loads: &Arc<AtomicUsize>,
+        outcome: fn(u8) -> Result<PageBuf>,
+    ) -> (
+        futures::channel::oneshot::Sender<()>,
+        Request<'a>,
+        Request<'a>,
+    ) {
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let rx = rx.shared();
+        let request = |byte: u8| -> Request<'a> {
+            let (rx, loads) = (rx.clone(), loads.clone());
+            Box::pin(pool.get((FileId(0), 0), 4096, PageHint::Data, move || {
+                loads.fetch_add(1, SeqCst);
+                async move {
+                    let _ = rx.await;
+                    outcome(byte)
+                }
+                .boxed()
+            }))
+        };
+        let (mut driver, mut joiner) = (request(1), request(2));
+        assert!(futures::poll!(driver.as_mut()).is_pending());
+        assert!(futures::poll!(joiner.as_mut()).is_pending());
+        assert_eq!(pool.stats().joined, 1);
+        (tx, driver, joiner)
+    }
+
+    #[tokio::test]
+    async fn a_joiner_drives_on_the_read_its_driver_left() {
+        let pool = BufferPool::new(1 << 20);
+        let loads = Arc::new(AtomicUsize::new(0));
+        let (tx, driver, joiner) = started_and_joined(&pool, &loads, |b| Ok(page(b))).await;
+        drop(driver);
+        assert_eq!(pool.stats().loading, 1, "the joiner still wants the page");
+        tx.send(()).unwrap();
+        let (p, joined) = joiner.await.unwrap();
+        assert_eq!((p[0], joined), (1, true), "the read its driver started");
+        assert_eq!(loads.load(SeqCst), 1, "no second read");
+        let s = pool.stats();
+        assert_eq!((s.loading, s.pages, s.abandoned), (0, 1, 0));
+        let (p, cached) = pool
+            .get((FileId(0), 0), 4096, PageHint::Data, || unreachable!())
+            .await
+            .unwrap();
+        assert_eq!((p[0], cached), (1, true));
+    }
+
+    /// A request that started a read may not be polled again for a long time (its operator
+    /// waits for room downstream, maybe for the very query that joined the read): the
+    /// joiners must get the page all the same.
+    #[tokio::test]
+    async fn a_joiner_gets_the_page_while_its_driver_is_not_polled() {
+        let pool = BufferPool::new(1 << 20);
+        let loads = Arc::new(AtomicUsize::new(0));
+        let (tx, driver, joiner) = started_and_joined(&pool, &loads, |b| Ok(page(b))).await;
+        tx.send(()).unwrap();
+        let joined = tokio::time::timeout(std::time::Duration::from_secs(10), joiner).await;
+        let (p, joined) = joined
+            .expect("the joiner waited for a driver nobody polls")
+            .unwrap();
+        assert_eq!((p[0], joined), (1, true));
+        drop(driver);
+        assert_eq!(
+            pool.stats().pages,
+            1,
+            "cached, and kept when the driver goes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_fails_its_joiners_and_leaves_no_entry() {
+        let pool = BufferPool::new(1 << 20);
+        let loads = Arc::new(AtomicUsize::new(0));
+        let bad = |_| Err(StorageError::corrupted("f", Some(0), "bad checksum"));
+        let (tx, driver, joiner) = started_and_joined(&pool, &loads, bad).await;
+        tx.send(()).unwrap();
+        for result in [driver.await, joiner.await] {
+            let e = result.expect_err("the read failed");
+            assert!(e.to_string().contains("bad checksum"), "{e}");
+        }
+        let s = pool.stats();
+        assert_eq!((s.loading, s.pages, s.used_bytes), (0, 0, 0));
     }
 
     #[tokio::test]

@@ -40,8 +40,8 @@ use super::exec::InnerSide;
 use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Descended, StepCtx, decode_page_shared, descend_ahead, group_by_page, heap_page, lookup_cached,
-    lookup_cached_keys, lookup_keys, lookup_leaves,
+    Descended, StepCtx, decode_page_shared, descend_ahead, group_by_page, lookup_cached,
+    lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
 };
 use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
@@ -606,7 +606,7 @@ impl Join {
             self.jobs.push(
                 async move {
                     let rows = async {
-                        let held = heap_page(&inner.table, page_no, &steps).await?;
+                        let held = missing_heap_page(&inner.table, page_no, &steps).await?;
                         // Probes take a few rows of the page (copied into the output).
                         decode_page_shared(&inner.table, page_no, &held.page, &inner.decode_columns)
                     }
