@@ -31,8 +31,8 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
+use futures::future::{MapErr, Shared};
+use futures::{FutureExt, TryFutureExt};
 use parking_lot::Mutex;
 
 use super::buf::PageBuf;
@@ -77,7 +77,9 @@ const GRANULE: usize = 1 << 20;
 /// Number of shards: enough that lookups from a few dozen cores rarely share one.
 const SHARDS: usize = 64;
 
-type SharedRead = Shared<BoxFuture<'static, Result<PageBuf, Arc<StorageError>>>>;
+/// A read every request for its page waits for: the engine's future itself (its error shared,
+/// errors are not `Clone`), no box of its own.
+type SharedRead = Shared<MapErr<ReadFuture, fn(StorageError) -> Arc<StorageError>>>;
 
 enum State {
     /// Being read; `waiters` requests wait for it.
@@ -370,7 +372,8 @@ impl BufferPool {
     }
 
     /// The page `key` of `len` bytes: cached, joined to a read in flight, or read by `load`.
-    /// Returns the page and whether it came without a new read.
+    /// Returns the page and whether it came without a new read. `load` is called under a
+    /// shard's lock: it must only build the read's future (nothing starts before a poll).
     pub async fn get(
         &self,
         key: PageKey,
@@ -453,11 +456,9 @@ impl BufferPool {
         load: &mut Option<impl FnOnce() -> ReadFuture + Send + 'static>,
     ) -> SharedRead {
         s.stats.misses += 1;
-        // The read starts when first polled, outside the lock.
+        // `load` only builds the read: it starts when first polled, outside the lock.
         let load = load.take().expect("the read starts once");
-        let read: SharedRead = async move { load().await.map_err(Arc::new) }
-            .boxed()
-            .shared();
+        let read: SharedRead = (load().map_err(Arc::new as fn(_) -> _)).shared();
         let ring_pos = s.insert_ring(key);
         s.map.insert(
             key,
