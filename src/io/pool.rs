@@ -383,28 +383,28 @@ impl BufferPool {
     ) -> Result<(PageBuf, bool)> {
         let shard = self.shard(&key);
         let mut load = Some(load);
-        let started = {
+        let next = {
             let mut s = shard.lock();
             match Self::find(&mut s, &key, hint) {
                 Found::Hit(page) => return Ok((page, true)),
-                Found::Join(read) => Err(read),
+                found @ Found::Join(_) => Some(Next::Found(found)),
                 // Room without evicting (the usual case): the entry goes in under this same
                 // lock, one lookup per miss.
-                Found::Absent if self.reserve_without_evicting(len) => Ok(Some(
+                Found::Absent if self.reserve_without_evicting(len) => Some(Next::Wait(
                     Self::insert_loading(&mut s, key, len, hint, &mut load),
                 )),
-                Found::Absent => Ok(None),
+                Found::Absent => None,
             }
         };
-        match started {
-            Err(read) => return self.wait(key, read, true).await,
-            Ok(Some(read)) => return self.wait(key, read, false).await,
-            Ok(None) => {}
-        }
-        // A miss: room first (eviction visits other shards, one lock at a time), then the
-        // entry, unless another request put it there meanwhile.
-        let reserved = self.reserve(len);
-        let next = self.start_read(shard, key, len, hint, reserved, &mut load);
+        // Else a miss: room first (eviction visits other shards, one lock at a time), then
+        // the entry, unless another request put it there meanwhile.
+        let next = match next {
+            Some(next) => next,
+            None => {
+                let reserved = self.reserve(len);
+                self.start_read(shard, key, len, hint, reserved, &mut load)
+            }
+        };
         match next {
             Next::Found(Found::Hit(page)) => Ok((page, true)),
             Next::Found(Found::Join(read)) => self.wait(key, read, true).await,
