@@ -22,6 +22,7 @@ use ooode::exec::{IndexJoinExec, IndexScanExec, OoodeScanExec};
 use ooode::io::metrics::process_cpu_time;
 
 use crate::datagen::DataSet;
+use crate::depth::{Depth, DepthSampler, SHALLOW};
 use crate::fig4::drop_os_cache;
 use crate::runner::{query_rows, run_sql};
 use crate::tables::TABLES;
@@ -71,6 +72,8 @@ pub struct ConcurrencyPoint {
     pub fio_qd64_beside: Option<f64>,
     /// Where the slowest point lookups' time went (ooode only).
     pub point_tail: Option<PointTail>,
+    /// How deep ooode kept the device: reads in flight and permits held (ooode only).
+    pub depth: Option<Depth>,
 }
 
 /// Means over the slowest 5 % of the point lookups of one run, milliseconds: where a point's
@@ -321,6 +324,12 @@ async fn run_point(
                 })
         })
     };
+    let sampler = match engine {
+        Engine::Ooode => Some(DepthSampler::start(ooode_providers::ooode_runtime(
+            &contexts[0],
+        ))?),
+        Engine::Parquet => None,
+    };
     let (dev0, cpu0, reads0) = (device_reads(&heap), process_cpu_time(), ooode_reads());
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
@@ -376,6 +385,7 @@ async fn run_point(
     }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let depth = sampler.and_then(DepthSampler::finish);
     let device = match (dev0, device_reads(&heap)) {
         (Some(a), Some(b)) => b.saturating_sub(a) as f64 / elapsed,
         _ => 0.0,
@@ -419,6 +429,7 @@ async fn run_point(
                 Engine::Ooode => PointTail::of(&point_timings),
                 Engine::Parquet => None,
             },
+            depth,
         },
         results,
     })
@@ -536,6 +547,17 @@ fn print_run(p: &ConcurrencyPoint) {
     }
     if let Some(tail) = &p.point_tail {
         eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
+    }
+    if let Some(d) = &p.depth {
+        eprintln!(
+            "{:<20} {c:>3} clients: reads in flight {:.0} on average, under {SHALLOW} in {:.0} % \
+             of the time; permits held {:.0} of {}",
+            "",
+            d.mean_in_flight,
+            d.shallow_share * 100.0,
+            d.mean_permits,
+            d.permit_cap
+        );
     }
     if let (Some(share), Some(ms)) = (p.device_queued_share, p.device_queue_ms)
         && share > 0.0

@@ -6,6 +6,7 @@ pub mod ceiling;
 pub mod cluster;
 pub mod concurrency;
 pub mod datagen;
+pub mod depth;
 pub mod fig4;
 pub mod fresh;
 pub mod inserts;
