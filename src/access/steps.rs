@@ -527,10 +527,11 @@ pub async fn lookup(
     Ok(parts.concat())
 }
 
-/// Entries of the `index`-th index of `table` in `range`: in each segment its two bounds are
-/// looked up at the same time (entries up to the upper bound, plus entries from the lower
-/// bound, minus all entries), all segments together, so a count costs one tree height of
-/// dependent reads.
+/// Entries of the `index`-th index of `table` in `range`, estimated from the inner nodes (see
+/// [`CountCursor::estimate`]): in each segment its two bounds are looked up at the same time
+/// (entries up to the upper bound, plus entries from the lower bound, minus all entries), all
+/// segments together, so a cold count costs the inner levels' dependent reads, a warm one
+/// none.
 pub async fn count(table: &TableIo, index: usize, range: &KeyRange, ctx: &StepCtx) -> Result<u64> {
     let counts = futures::future::try_join_all(
         (0..table.segments()).map(|part| count_part(table, part, index, range, ctx)),
@@ -556,7 +557,7 @@ async fn count_part(
         upper: std::ops::Bound::Unbounded,
     };
     let walk = |r: KeyRange| async move {
-        let mut cursor = CountCursor::new(tree, r);
+        let mut cursor = CountCursor::estimate(tree, r);
         while let Some(page_no) = cursor.next_page() {
             let page = index_page(table, part, index, page_no, ctx).await?;
             cursor

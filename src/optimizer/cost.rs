@@ -1,5 +1,5 @@
-//! Page-read estimates from index statistics: exact entry counts in a key range (two B+tree
-//! descents each) and average entries per key.
+//! Page-read estimates from index statistics: entry counts in a key range (two B+tree
+//! descents each, stopping above the leaves) and average entries per key.
 
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ pub fn scan_pages(io: &TableIo) -> f64 {
 }
 
 /// Estimated rows and page reads of an index scan over `ranges` of the `index_no`-th index,
-/// from exact counts (`covering`: the scan reads the index's leaves only): made while the
+/// from range counts (`covering`: the scan reads the index's leaves only): made while the
 /// table's scan was planned (`counted`), else read now
 /// through the query's engine, blocking (see
 /// [`crate::access::plan_time::count_ranges_now`]), counted in `node_io`.

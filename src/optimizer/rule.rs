@@ -11,7 +11,8 @@
 //! wherever one fits; `auto` uses one when its estimated page reads are below
 //! `ooode.index_cost_ratio` (`ooode.remote_index_cost_ratio` for a table in object storage)
 //! times the pages a full scan of the table reads. Estimates come
-//! from exact B+tree range counts and the outer input's row estimate.
+//! from B+tree range counts (exact but for the two leaves where a range starts and ends,
+//! which are interpolated) and the outer input's row estimate.
 
 use std::sync::Arc;
 

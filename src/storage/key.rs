@@ -188,6 +188,40 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// Where `key` lies between the keys `lo` and `hi` (`lo` < `hi`), as a share from 0 to 1,
+/// read from the eight bytes after their common prefix: keys spread evenly over that span
+/// land where they are, whatever their type (the encoding keeps their order). With
+/// `past_equal` the key stands for the position just after it: one step of its last byte,
+/// so that an included upper bound of a discrete key counts the key itself.
+pub fn share_between(key: &[u8], past_equal: bool, lo: &[u8], hi: &[u8]) -> f64 {
+    spans_past(key, past_equal, lo, hi).clamp(0.0, 1.0)
+}
+
+/// [`share_between`] not capped at `hi`: how many spans from `lo` to `hi` lie between `lo`
+/// and `key`, to extrapolate past the last key known.
+pub fn spans_past(key: &[u8], past_equal: bool, lo: &[u8], hi: &[u8]) -> f64 {
+    if compare_keys(key, lo).is_lt() {
+        return 0.0;
+    }
+    // The bytes all three share; a key past `hi` may differ from it before `lo` does.
+    let common = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let shared = common(lo, hi).min(common(lo, key));
+    let word = |k: &[u8], pad: u8| {
+        let rest = k.get(shared..).unwrap_or(&[]);
+        let mut word = [pad; 8];
+        let n = rest.len().min(8);
+        word[..n].copy_from_slice(&rest[..n]);
+        u64::from_be_bytes(word)
+    };
+    let (lo, hi) = (word(lo, 0), word(hi, 0));
+    if hi <= lo {
+        // They differ only past the eight bytes read: nothing to interpolate on.
+        return 0.5;
+    }
+    let key = word(key, if past_equal { 0xFF } else { 0 }).max(lo);
+    (key - lo) as f64 / (hi - lo) as f64
+}
+
 /// The value of `key` when it is the encoding of one non-null 64- or 32-bit signed integer
 /// column of type `t` (`Int64`, `Int32`): a search over such a column can then compare values
 /// instead of encoding rows. None for any other type or key.
@@ -400,6 +434,33 @@ fn append_column(array: &dyn Array, first: usize, keys: &mut [Vec<u8>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_between_keys() {
+        let k = |v: u32| v.to_be_bytes().to_vec();
+        assert_eq!(share_between(&k(100), false, &k(100), &k(200)), 0.0);
+        assert_eq!(share_between(&k(150), false, &k(100), &k(200)), 0.5);
+        assert_eq!(share_between(&k(250), false, &k(100), &k(200)), 1.0);
+        assert_eq!(share_between(&k(50), true, &k(100), &k(200)), 0.0);
+        // Just past 150: the step of one key, in a span of a hundred.
+        let past = share_between(&k(150), true, &k(100), &k(200));
+        assert!((past - 0.51).abs() < 1e-6, "{past}");
+        // A prefix of both bounds lies before them; a key with a lower prefix too.
+        assert_eq!(share_between(&[0, 0], true, &k(100), &k(200)), 0.0);
+        assert_eq!(
+            share_between(&[0, 0, 0, 99], false, &[0, 1, 0], &[0, 1, 9]),
+            0.0
+        );
+        assert_eq!(share_between(&[0, 2], false, &[0, 1, 0], &[0, 1, 9]), 1.0);
+        // Bounds whose bytes after their shared prefix read alike (zeros past the shorter).
+        assert_eq!(share_between(&[7], false, &[7], &[7, 0]), 0.5);
+        // Past the span: as many spans as it lies from its start.
+        assert_eq!(spans_past(&k(400), false, &k(100), &k(200)), 3.0);
+        assert_eq!(
+            spans_past(&k(100 + 3 * 65536), false, &k(100), &k(200)),
+            65536.0 * 0.03
+        );
+    }
     use arrow::array::*;
     use std::sync::Arc;
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use super::builder::TreeShape;
 use super::node::{NO_PAGE, NodeRef, SearchKeys};
 use crate::storage::error::{Result, StorageError};
-use crate::storage::key::{compare_keys, prefix_successor};
+use crate::storage::key::{compare_keys, prefix_successor, share_between, spans_past};
 use crate::storage::page::{PageKind, verify_header, verify_page};
 
 /// A range of encoded keys.
@@ -137,6 +137,30 @@ impl Target {
         }
     }
 
+    /// An estimate of the entries of `node`'s child `child` that lie before the target, from
+    /// the child's first key and `fence`, the first key past it (None: the tree's end).
+    fn entries_within(&self, node: &NodeRef<'_>, child: usize, fence: Option<&[u8]>) -> u64 {
+        let entries = node.child_entries(child);
+        let (key, past_equal) = match self.position() {
+            Position::Start => return 0,
+            Position::End => return entries,
+            Position::Key { key, past_equal } => (key, past_equal),
+        };
+        let first = node.key(child);
+        let share = match fence {
+            Some(fence) => share_between(key, past_equal, first, fence),
+            None if compare_keys(key, first).is_lt() => 0.0,
+            // The tree's last leaf: its keys spread as densely as its left neighbour's.
+            None if child > 0 => {
+                let spans = spans_past(key, past_equal, node.key(child - 1), first) - 1.0;
+                let before = spans * node.child_entries(child - 1) as f64;
+                (before / entries.max(1) as f64).clamp(0.0, 1.0)
+            }
+            None => 0.5,
+        };
+        (entries as f64 * share).round() as u64
+    }
+
     /// The number of entries of `node` that lie before the target (`keys`: the node's, if
     /// kept).
     fn entries_before(&self, node: &NodeRef<'_>, keys: Option<&SearchKeys>) -> usize {
@@ -159,6 +183,11 @@ struct Descent {
     /// search itself reads about ten.
     rank: u64,
     ranked: bool,
+    /// Estimates the rank within the leaf from the keys around it instead of reading the
+    /// leaf (see [`CountCursor::estimate`]).
+    estimate: bool,
+    /// Estimating: the first key past the subtree the descent is in (None: the tree's end).
+    upper_fence: Option<Vec<u8>>,
 }
 
 impl Descent {
@@ -169,6 +198,8 @@ impl Descent {
             level: tree.height.saturating_sub(1),
             rank: 0,
             ranked: false,
+            estimate: false,
+            upper_fence: None,
         }
     }
 
@@ -180,8 +211,16 @@ impl Descent {
         }
     }
 
+    /// A ranked descent that stops above the leaves (see [`CountCursor::estimate`]).
+    fn estimating(tree: &TreeShape, target: Target) -> Self {
+        Self {
+            estimate: true,
+            ..Self::ranked(tree, target)
+        }
+    }
+
     /// Consumes the node at `self.page`; returns the node and, once at the leaf, the position of
-    /// the target within it.
+    /// the target within it (estimating: once above the leaf, where the rank is final).
     fn step<'p>(
         &mut self,
         page: &'p [u8],
@@ -205,6 +244,19 @@ impl Descent {
         let child = pos.saturating_sub(1);
         if self.ranked {
             self.rank += (0..child).map(|j| node.child_entries(j)).sum::<u64>();
+        }
+        if self.estimate {
+            if child + 1 < node.len() {
+                self.upper_fence = Some(node.key(child + 1).to_vec());
+            }
+            if self.level == 1 {
+                // The child's keys lie from its first key to the fence: the target's share
+                // of that span, of the child's entries.
+                self.rank += self
+                    .target
+                    .entries_within(&node, child, self.upper_fence.as_deref());
+                return Ok((node, Some(0)));
+            }
         }
         self.page = node.value(child);
         self.level -= 1;
@@ -416,7 +468,8 @@ fn scan_leaf<S: LeafSink>(
     }
 }
 
-/// Counts the entries in a key range exactly, with two descents (no leaf scan).
+/// Counts the entries in a key range with two descents (no leaf scan): exactly, reading the
+/// two leaves where the range starts and ends, or estimated from the inner nodes alone.
 #[derive(Debug, Clone)]
 pub struct CountCursor {
     lower: Option<Descent>,
@@ -449,6 +502,20 @@ impl CountCursor {
             lower_rank,
             upper_rank,
         }
+    }
+
+    /// An estimate of the entries of `tree` in `range` that reads no leaf: exact for the
+    /// leaves between the two where the range starts and ends, and in those two the share of
+    /// their entries the bounds cut off, interpolated between the keys around each leaf (see
+    /// [`share_between`]). The inner nodes stay in memory once read, so a cold count costs no
+    /// read, where an exact one waits for two leaves; it is off by at most a leaf's entries
+    /// at each end, and close when keys are spread evenly within a leaf.
+    pub fn estimate(tree: &TreeShape, range: impl Into<Arc<KeyRange>>) -> Self {
+        let mut cursor = Self::new(tree, range);
+        for descent in [&mut cursor.lower, &mut cursor.upper].into_iter().flatten() {
+            *descent = Descent::estimating(tree, descent.target.clone());
+        }
+        cursor
     }
 
     /// The page to feed next, or None when the count is known.
