@@ -169,75 +169,106 @@ pub struct Sample {
     pub in_flight: u64,
 }
 
+/// A thread that takes a sample every `interval` until finished: the loop under
+/// [`Sampler`] and the benchmarks' own samplers.
+#[derive(Debug)]
+pub struct SamplingThread<T> {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<T>>>,
+}
+
+impl<T: Send + 'static> SamplingThread<T> {
+    /// Starts a thread named `name` that calls `sample` every `interval`.
+    pub fn start(
+        name: &str,
+        interval: Duration,
+        mut sample: impl FnMut() -> T + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut samples = Vec::new();
+                while !flag.load(Relaxed) {
+                    std::thread::sleep(interval);
+                    samples.push(sample());
+                }
+                samples
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops sampling; the samples (None if the sampling thread panicked).
+    pub fn finish(mut self) -> Option<Vec<T>> {
+        self.stop.store(true, Relaxed);
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl<T> Drop for SamplingThread<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
 /// Samples IOPS (from an [`IoMetrics`]) and process CPU on a background thread.
 #[derive(Debug)]
-pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Vec<Sample>>>,
+pub struct Sampler(SamplingThread<Sample>);
+
+/// Resource usage of this process so far (None if the kernel refused).
+fn process_usage() -> Option<libc::rusage> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // SAFETY: getrusage returned 0, so the struct is initialized.
+    (rc == 0).then(|| unsafe { usage.assume_init() })
 }
 
 /// CPU time of this process (user + system).
 pub fn process_cpu_time() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
-    if rc != 0 {
+    let Some(usage) = process_usage() else {
         return Duration::ZERO;
-    }
-    // SAFETY: getrusage returned 0, so the struct is initialized.
-    let usage = unsafe { usage.assume_init() };
+    };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Page faults of this process so far that had to read from disk.
+pub fn process_major_faults() -> u64 {
+    process_usage().map_or(0, |usage| usage.ru_majflt as u64)
 }
 
 impl Sampler {
     /// Starts sampling `metrics` every `interval`.
     pub fn start(metrics: Arc<IoMetrics>, interval: Duration) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("ooode-io-sampler".into())
-            .spawn(move || {
-                let start = Instant::now();
-                let mut samples = Vec::new();
-                let (mut last_t, mut last_reads, mut last_cpu) =
-                    (start, metrics.snapshot().reads, process_cpu_time());
-                while !flag.load(Relaxed) {
-                    std::thread::sleep(interval);
-                    let now = Instant::now();
-                    let snap = metrics.snapshot();
-                    let cpu = process_cpu_time();
-                    let dt = (now - last_t).as_secs_f64().max(1e-9);
-                    samples.push(Sample {
-                        t: (now - start).as_secs_f64(),
-                        iops: (snap.reads - last_reads) as f64 / dt,
-                        cpu_percent: (cpu.saturating_sub(last_cpu)).as_secs_f64() / dt * 100.0,
-                        in_flight: snap.in_flight,
-                    });
-                    (last_t, last_reads, last_cpu) = (now, snap.reads, cpu);
-                }
-                samples
-            })
-            .expect("spawn sampler thread");
-        Self {
-            stop,
-            thread: Some(thread),
-        }
+        let start = Instant::now();
+        let (mut last_t, mut last_reads, mut last_cpu) =
+            (start, metrics.snapshot().reads, process_cpu_time());
+        let thread = SamplingThread::start("ooode-io-sampler", interval, move || {
+            let now = Instant::now();
+            let snap = metrics.snapshot();
+            let cpu = process_cpu_time();
+            let dt = (now - last_t).as_secs_f64().max(1e-9);
+            let sample = Sample {
+                t: (now - start).as_secs_f64(),
+                iops: (snap.reads - last_reads) as f64 / dt,
+                cpu_percent: (cpu.saturating_sub(last_cpu)).as_secs_f64() / dt * 100.0,
+                in_flight: snap.in_flight,
+            };
+            (last_t, last_reads, last_cpu) = (now, snap.reads, cpu);
+            sample
+        })
+        .expect("spawn sampler thread");
+        Self(thread)
     }
 
     /// Stops sampling; returns the samples.
-    pub fn finish(mut self) -> Vec<Sample> {
-        self.stop.store(true, Relaxed);
-        self.thread
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
+    pub fn finish(self) -> Vec<Sample> {
+        self.0.finish().unwrap_or_default()
     }
 }
 

@@ -9,11 +9,10 @@
 //! on this disk, so below `SHALLOW` the device is surely underfed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ooode::access::OoodeRuntime;
+use ooode::io::metrics::SamplingThread;
 
 /// Time between samples.
 pub const INTERVAL: Duration = Duration::from_millis(2);
@@ -53,49 +52,29 @@ impl Depth {
 
 /// Samples a runtime until finished.
 pub struct DepthSampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<(u64, u64)>>>,
+    thread: SamplingThread<(u64, u64)>,
     runtime: Arc<OoodeRuntime>,
 }
 
 impl DepthSampler {
     /// Starts sampling `runtime`.
     pub fn start(runtime: Arc<OoodeRuntime>) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, rt) = (stop.clone(), runtime.clone());
-        let thread = std::thread::Builder::new()
-            .name("depth-sampler".into())
-            .spawn(move || {
-                let mut samples = Vec::new();
-                while !flag.load(Relaxed) {
-                    std::thread::sleep(INTERVAL);
-                    let in_flight = rt
-                        .engines()
-                        .iter()
-                        .map(|e| e.metrics().snapshot_in_flight())
-                        .sum();
-                    samples.push((in_flight, rt.admission().in_use() as u64));
-                }
-                samples
-            })?;
-        Ok(Self {
-            stop,
-            thread: Some(thread),
-            runtime,
-        })
+        let rt = runtime.clone();
+        let thread = SamplingThread::start("depth-sampler", INTERVAL, move || {
+            let in_flight = rt
+                .engines()
+                .iter()
+                .map(|e| e.metrics().snapshot_in_flight())
+                .sum();
+            (in_flight, rt.admission().in_use() as u64)
+        })?;
+        Ok(Self { thread, runtime })
     }
 
     /// Stops sampling; the summary (None if the sampling thread failed).
-    pub fn finish(mut self) -> Option<Depth> {
-        self.stop.store(true, Relaxed);
-        let samples = self.thread.take()?.join().ok()?;
+    pub fn finish(self) -> Option<Depth> {
+        let samples = self.thread.finish()?;
         Some(Depth::of(&samples, self.runtime.admission().cap()))
-    }
-}
-
-impl Drop for DepthSampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
     }
 }
 

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use ooode::io::metrics::process_major_faults;
+
 use crate::datagen::DataSet;
 use crate::fig4::{drop_os_cache, fig4_sql};
 use crate::runner::{contexts, timed_rows};
@@ -28,17 +30,6 @@ pub struct FirstQuery {
     pub first_major_faults: u64,
     #[serde(default)]
     pub again_major_faults: u64,
-}
-
-/// Page faults of this process so far that had to read from disk.
-fn major_faults() -> u64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
-        return 0;
-    }
-    // SAFETY: getrusage returned 0, so the struct is initialized.
-    unsafe { usage.assume_init() }.ru_majflt as u64
 }
 
 /// Medians over several processes, per engine.
@@ -69,9 +60,9 @@ pub async fn measure_here(data: &DataSet, engine: &str, n: u64) -> Result<FirstQ
         "ooode" => ooode,
         _ => stock,
     };
-    let faults = major_faults();
+    let faults = process_major_faults();
     let first = timed_rows(&ctx, &sql, limit).await?.0.ok_or("timed out")?;
-    let first_major_faults = major_faults() - faults;
+    let first_major_faults = process_major_faults() - faults;
     let mut again = Vec::new();
     let mut again_faults = Vec::new();
     for _ in 0..5 {
@@ -79,9 +70,9 @@ pub async fn measure_here(data: &DataSet, engine: &str, n: u64) -> Result<FirstQ
             ooode_providers::ooode_runtime(&ctx).pool().clear();
         }
         drop_os_cache();
-        let faults = major_faults();
+        let faults = process_major_faults();
         again.push(timed_rows(&ctx, &sql, limit).await?.0.ok_or("timed out")?);
-        again_faults.push((major_faults() - faults) as f64);
+        again_faults.push((process_major_faults() - faults) as f64);
     }
     Ok(FirstQuery {
         register_ms,
