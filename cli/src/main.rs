@@ -30,6 +30,9 @@ fn delay_memory_purge() {
 async fn main() -> ExitCode {
     delay_memory_purge();
     env_logger::init();
+    if let Err(e) = ooode::io::buf::small_pages_only() {
+        eprintln!("ooode: transparent huge pages stay on: {e}");
+    }
     let cli = Cli::parse();
     let done = match cli.command {
         None => shell::run(cli.shell).await,

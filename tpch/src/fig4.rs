@@ -38,9 +38,47 @@ pub struct Fig4Point {
     /// For in-order cold runs: fio's random 8 KiB reads at depth 1 on the lineitem heap, IOPS,
     /// the mean of one second right before the run and one right after (None without fio).
     pub fio_qd1_beside: Option<f64>,
+    /// For in-order cold runs: the query planned alone from emptied caches, median seconds
+    /// and pages it read, to tell the baseline's read path from DataFusion's planning (about
+    /// 2 ms, a fifth of the whole at N = 15).
+    pub planning: Option<Planning>,
     /// Sorted result rows (checked equal across engines).
     #[serde(skip)]
     pub result: Vec<String>,
+}
+
+/// Planning alone, from emptied caches (see [`Fig4Point::planning`]).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Planning {
+    /// Median seconds from SQL text to physical plan.
+    pub secs: f64,
+    /// Pages read per planning (range counts from B+tree nodes not in memory).
+    pub pages_read: u64,
+}
+
+/// Plans of a query measured per point.
+const PLANNING_RUNS: usize = 7;
+
+/// Plans `sql` (no execution) [`PLANNING_RUNS`] times, each after `empty_caches`.
+async fn cold_planning(
+    ctx: &datafusion::prelude::SessionContext,
+    sql: &str,
+    empty_caches: &dyn Fn(),
+    pool: &ooode::io::BufferPool,
+) -> Result<Planning, BoxError> {
+    let before = ooode_reads(pool);
+    let mut times = Vec::with_capacity(PLANNING_RUNS);
+    for _ in 0..PLANNING_RUNS {
+        empty_caches();
+        let start = std::time::Instant::now();
+        ctx.sql(sql).await?.create_physical_plan().await?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Planning {
+        secs: times[PLANNING_RUNS / 2],
+        pages_read: (ooode_reads(pool) - before) / PLANNING_RUNS as u64,
+    })
 }
 
 /// Writes dirty pages and drops the OS page cache (root only); whether it worked.
@@ -188,6 +226,10 @@ pub async fn run_with(
                 let fio_qd1_beside = fio_before
                     .zip(beside.and_then(fio_qd1))
                     .map(|(a, b)| (a + b) / 2.0);
+                let planning = match beside {
+                    Some(_) => Some(cold_planning(ooode, &sql, &|| pool.clear(), &pool).await?),
+                    None => None,
+                };
                 eprintln!("N={n:<6} {cache} {name:<20} {}", fmt_secs(secs));
                 points.push(Fig4Point {
                     n,
@@ -197,6 +239,7 @@ pub async fn run_with(
                     secs,
                     pages_read: Some(pages_read),
                     fio_qd1_beside,
+                    planning,
                     result,
                 });
             }
@@ -226,6 +269,7 @@ pub async fn run_with(
                 secs,
                 pages_read: None,
                 fio_qd1_beside: None,
+                planning: None,
                 result,
             });
         }
@@ -345,6 +389,15 @@ pub fn cold_iops(points: &[Fig4Point], engine: &str) -> Vec<(u64, f64, Option<f6
         .collect()
 }
 
+/// Reads per second of a cold run once planned: its pages less planning's over its seconds
+/// less planning's (None without a planning measurement, or when planning took as long).
+pub fn executing_iops(p: &Fig4Point) -> Option<f64> {
+    let planning = p.planning?;
+    let secs = p.secs? - planning.secs;
+    let pages = p.pages_read?.saturating_sub(planning.pages_read);
+    (secs > 0.0).then(|| pages as f64 / secs)
+}
+
 /// Lines of cold reads per second next to fio: in order against depth 1 (beside the run, and
 /// `fio_after` after the sweep, as QD1 / QD64), out of order against depth 64 after the sweep.
 pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<(f64, f64)>) -> String {
@@ -354,12 +407,25 @@ pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<(f64, f64)>) -> 
         ("ooode out_of_order", "out of order"),
     ] {
         let in_order = engine == "ooode in_order";
+        let executing: Vec<Option<f64>> = points
+            .iter()
+            .filter(|p| p.engine == engine && p.cache == "cold")
+            .filter(|p| p.pages_read.is_some() && p.secs.is_some())
+            .map(executing_iops)
+            .collect();
         let iops: Vec<String> = cold_iops(points, engine)
             .iter()
-            .map(|&(n, iops, beside)| {
+            .zip(executing)
+            .map(|(&(n, iops, beside), executing)| {
                 let mut of = Vec::new();
                 if let Some(b) = beside {
                     of.push(format!("{:.0} % of fio QD1 beside it", iops / b * 100.0));
+                }
+                if let Some(e) = executing {
+                    of.push(match beside {
+                        Some(b) => format!("planned: {e:.0}, {:.0} % of it", e / b * 100.0),
+                        None => format!("planned: {e:.0}"),
+                    });
                 }
                 match fio_after {
                     Some((qd1, _)) if in_order => of.push(format!(
@@ -398,8 +464,30 @@ mod tests {
             secs: Some(secs),
             pages_read: Some(pages),
             fio_qd1_beside: beside,
+            planning: None,
             result: Vec::new(),
         }
+    }
+
+    #[test]
+    fn planning_is_taken_out_of_the_executing_rate() {
+        let mut p = point("ooode in_order", 1000, 1.0, Some(2000.0));
+        assert_eq!(executing_iops(&p), None);
+        p.planning = Some(Planning {
+            secs: 0.5,
+            pages_read: 100,
+        });
+        assert_eq!(executing_iops(&p), Some(1800.0));
+        assert_eq!(
+            format_cold_iops(&[p.clone()], None),
+            "in order, cold, reads per second: N=150 1000 (50 % of fio QD1 beside it, \
+             planned: 1800, 90 % of it)\n"
+        );
+        p.planning = Some(Planning {
+            secs: 1.0,
+            pages_read: 0,
+        });
+        assert_eq!(executing_iops(&p), None, "no time left to read in");
     }
 
     #[test]

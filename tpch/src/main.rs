@@ -293,6 +293,9 @@ enum Command {
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     ooode_tpch::delay_memory_purge();
+    if let Err(e) = ooode::io::buf::small_pages_only() {
+        eprintln!("ooode-tpch: transparent huge pages stay on: {e}");
+    }
     match Cli::parse().command {
         Command::Run {
             sf,

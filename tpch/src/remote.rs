@@ -380,6 +380,7 @@ pub fn write(r: &RemoteReport, dir: &Path) -> Result<Vec<String>, BoxError> {
                 secs: w.secs,
                 pages_read: None,
                 fio_qd1_beside: None,
+                planning: None,
                 result: Vec::new(),
             })
             .collect(),
