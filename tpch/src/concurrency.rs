@@ -58,6 +58,12 @@ pub struct ConcurrencyPoint {
     pub point_plan_p99_ms: f64,
     /// Reads per second the device completed (all readers of the machine).
     pub device_iops: f64,
+    /// Mean milliseconds a read spent in the kernel (the I/O scheduler's queue and the
+    /// device), and mean I/Os in the kernel over the run (`/proc/diskstats`; None where it
+    /// could not be read). Against fio's on the same disk they tell reads the engine keeps
+    /// from reads the disk is slow on.
+    pub disk_read_ms: Option<f64>,
+    pub disk_depth: Option<f64>,
     /// Page reads per second ooode issued (None for Parquet).
     pub engine_iops: Option<f64>,
     /// Of ooode's reads, the share that waited in the engine's queue for the device (when
@@ -184,18 +190,60 @@ fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, Stri
     (point, range_sql(first, n))
 }
 
-/// Reads completed by the block device holding `path`, from `/proc/diskstats`.
-fn device_reads(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path).ok()?.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let stats = std::fs::read_to_string("/proc/diskstats").ok()?;
-    stats.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 3 && f[0] == major.to_string() && f[1] == minor.to_string())
-            .then(|| f[3].parse().ok())
-            .flatten()
-    })
+/// Counters of the block device holding a path, from `/proc/diskstats`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct DiskCounters {
+    /// Reads completed.
+    reads: u64,
+    /// Milliseconds reads spent in the kernel, from their arrival at the block layer to their
+    /// completion (the I/O scheduler's queue and the device), summed over reads.
+    read_ms: u64,
+    /// Milliseconds of I/O in flight weighted by how many were (its mean over a time is the
+    /// mean number of I/Os in the kernel then).
+    weighted_ms: u64,
+}
+
+impl DiskCounters {
+    /// Of the device holding `path`.
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(path).ok()?.dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        Self::parse(
+            &std::fs::read_to_string("/proc/diskstats").ok()?,
+            major,
+            minor,
+        )
+    }
+
+    /// From the text of `/proc/diskstats`, the line of device `major:minor`.
+    fn parse(stats: &str, major: u32, minor: u32) -> Option<Self> {
+        stats.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 14 || f[0] != major.to_string() || f[1] != minor.to_string() {
+                return None;
+            }
+            let field = |i: usize| f[i].parse::<u64>().ok();
+            Some(Self {
+                reads: field(3)?,
+                read_ms: field(6)?,
+                weighted_ms: field(13)?,
+            })
+        })
+    }
+
+    /// Over the `secs` from `before` to `self`: reads per second, mean milliseconds a read
+    /// spent in the kernel, mean I/Os in the kernel.
+    fn since(&self, before: &Self, secs: f64) -> (f64, Option<f64>, Option<f64>) {
+        let reads = self.reads.saturating_sub(before.reads);
+        let read_ms = self.read_ms.saturating_sub(before.read_ms);
+        let weighted = self.weighted_ms.saturating_sub(before.weighted_ms);
+        (
+            reads as f64 / secs,
+            (reads > 0).then(|| read_ms as f64 / reads as f64),
+            (secs > 0.0).then(|| weighted as f64 / (secs * 1e3)),
+        )
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -330,7 +378,7 @@ async fn run_point(
         ))?),
         Engine::Parquet => None,
     };
-    let (dev0, cpu0, reads0) = (device_reads(&heap), process_cpu_time(), ooode_reads());
+    let (dev0, cpu0, reads0) = (DiskCounters::of(&heap), process_cpu_time(), ooode_reads());
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
@@ -386,9 +434,9 @@ async fn run_point(
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
     let depth = sampler.and_then(DepthSampler::finish);
-    let device = match (dev0, device_reads(&heap)) {
-        (Some(a), Some(b)) => b.saturating_sub(a) as f64 / elapsed,
-        _ => 0.0,
+    let (device, disk_read_ms, disk_depth) = match (dev0, DiskCounters::of(&heap)) {
+        (Some(a), Some(b)) => b.since(&a, elapsed),
+        _ => (0.0, None, None),
     };
     let engine_reads = match (reads0, ooode_reads()) {
         (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2)),
@@ -420,6 +468,8 @@ async fn run_point(
             point_plan_p50_ms: percentile(&point_plans, 0.5),
             point_plan_p99_ms: percentile(&point_plans, 0.99),
             device_iops: device,
+            disk_read_ms,
+            disk_depth,
             engine_iops,
             device_queued_share,
             device_queue_ms,
@@ -543,6 +593,13 @@ fn print_run(p: &ConcurrencyPoint) {
             "{:<20} {c:>3} clients: fio at depth 64 beside the run {fio:.0} IOPS (device at {:.0} %)",
             "",
             p.device_iops / fio * 100.0
+        );
+    }
+    if let (Some(ms), Some(depth)) = (p.disk_read_ms, p.disk_depth) {
+        eprintln!(
+            "{:<20} {c:>3} clients: in the kernel {depth:.0} I/Os on average, {ms:.2} ms a read \
+             (I/O scheduler's queue and device)",
+            ""
         );
     }
     if let Some(tail) = &p.point_tail {
@@ -739,4 +796,39 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
         r.mismatches.len()
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_counters_give_rate_time_per_read_and_depth() {
+        let line = |reads: u64, read_ms: u64, weighted: u64| {
+            format!(
+                "   7       0 loop0 1 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n 254       0 vda {reads} 5 \
+                 900 {read_ms} 40 1 80 7 0 1000 {weighted} 0 0 0 0 2 3\n"
+            )
+        };
+        let a = DiskCounters::parse(&line(1000, 500, 2000), 254, 0).unwrap();
+        assert_eq!(
+            a,
+            DiskCounters {
+                reads: 1000,
+                read_ms: 500,
+                weighted_ms: 2000
+            }
+        );
+        let b = DiskCounters::parse(&line(51_000, 75_500, 142_000), 254, 0).unwrap();
+        let (iops, ms, depth) = b.since(&a, 2.0);
+        assert_eq!(iops, 25_000.0);
+        assert_eq!(ms, Some(1.5));
+        assert_eq!(depth, Some(70.0));
+        assert_eq!(
+            DiskCounters::parse(&line(1, 1, 1), 254, 1),
+            None,
+            "no such device"
+        );
+        assert_eq!(b.since(&b, 1.0).1, None, "no reads: no time per read");
+    }
 }
