@@ -190,8 +190,7 @@ mod tests {
 
     #[test]
     fn small_pages_only_turns_huge_pages_off() {
-        // Run in a child-free thread of the test process: the flag is per process, and no
-        // other test depends on huge pages.
+        // The flag is the whole test process's; no other test depends on huge pages.
         small_pages_only().expect("prctl(PR_SET_THP_DISABLE)");
         // SAFETY: PR_GET_THP_DISABLE takes no pointer and returns the flag.
         assert_eq!(

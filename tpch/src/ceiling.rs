@@ -9,7 +9,7 @@ use ooode::io::metrics::process_cpu_time;
 
 use crate::datagen::DataSet;
 use crate::fig4::fig4_sql;
-use crate::runner::{contexts, run_sql, timed_rows};
+use crate::runner::{contexts, median, run_sql, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -41,11 +41,6 @@ fn runs() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Measures at `n` customers; progress on stderr.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::datagen::DataSet;
-use crate::runner::{Contexts, cold_rows, hot_rows, timed_rows};
+use crate::runner::{Contexts, cold_rows, hot_rows, median, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -39,8 +39,8 @@ pub struct Fig4Point {
     /// the mean of one second right before the run and one right after (None without fio).
     pub fio_qd1_beside: Option<f64>,
     /// For in-order cold runs: the query planned alone from emptied caches, median seconds
-    /// and pages it read, to tell the baseline's read path from DataFusion's planning (about
-    /// 2 ms, a fifth of the whole at N = 15).
+    /// and pages it read, to tell the baseline's read path from DataFusion's planning
+    /// (0.5-2.6 ms measured, up to a sixth of the whole at N = 15).
     pub planning: Option<Planning>,
     /// Sorted result rows (checked equal across engines).
     #[serde(skip)]
@@ -74,9 +74,8 @@ async fn cold_planning(
         ctx.sql(sql).await?.create_physical_plan().await?;
         times.push(start.elapsed().as_secs_f64());
     }
-    times.sort_by(f64::total_cmp);
     Ok(Planning {
-        secs: times[PLANNING_RUNS / 2],
+        secs: median(times),
         pages_read: (ooode_reads(pool) - before) / PLANNING_RUNS as u64,
     })
 }
@@ -378,17 +377,6 @@ pub fn format_points(points: &[Fig4Point]) -> String {
     out
 }
 
-/// Reads per second of each engine's cold runs (pages read / seconds), per N, with fio's
-/// depth-1 IOPS measured beside the run where it was: the in-order figure is the baseline's,
-/// to set next to fio at depth 1.
-pub fn cold_iops(points: &[Fig4Point], engine: &str) -> Vec<(u64, f64, Option<f64>)> {
-    points
-        .iter()
-        .filter(|p| p.engine == engine && p.cache == "cold")
-        .filter_map(|p| Some((p.n, p.pages_read? as f64 / p.secs?, p.fio_qd1_beside)))
-        .collect()
-}
-
 /// Reads per second of a cold run once planned: its pages less planning's over its seconds
 /// less planning's (None without a planning measurement, or when planning took as long).
 pub fn executing_iops(p: &Fig4Point) -> Option<f64> {
@@ -407,16 +395,16 @@ pub fn format_cold_iops(points: &[Fig4Point], fio_after: Option<(f64, f64)>) -> 
         ("ooode out_of_order", "out of order"),
     ] {
         let in_order = engine == "ooode in_order";
-        let executing: Vec<Option<f64>> = points
+        // Pages read over seconds of each cold run that finished, with fio at depth 1 beside
+        // the in-order ones: the baseline's rate, set next to fio's.
+        let iops: Vec<String> = points
             .iter()
             .filter(|p| p.engine == engine && p.cache == "cold")
-            .filter(|p| p.pages_read.is_some() && p.secs.is_some())
-            .map(executing_iops)
-            .collect();
-        let iops: Vec<String> = cold_iops(points, engine)
-            .iter()
-            .zip(executing)
-            .map(|(&(n, iops, beside), executing)| {
+            .filter_map(|p| {
+                let iops = p.pages_read? as f64 / p.secs?;
+                Some((p.n, iops, p.fio_qd1_beside, executing_iops(p)))
+            })
+            .map(|(n, iops, beside, executing)| {
                 let mut of = Vec::new();
                 if let Some(b) = beside {
                     of.push(format!("{:.0} % of fio QD1 beside it", iops / b * 100.0));

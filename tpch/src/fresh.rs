@@ -10,7 +10,7 @@ use ooode::io::metrics::process_major_faults;
 
 use crate::datagen::DataSet;
 use crate::fig4::{drop_os_cache, fig4_sql};
-use crate::runner::{contexts, timed_rows};
+use crate::runner::{contexts, median, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -41,11 +41,6 @@ pub struct FreshReport {
     pub engines: Vec<(String, FirstQuery)>,
     /// Processes per engine.
     pub processes: usize,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// In this (fresh) process: registers the tables, runs the query once, then cold again.

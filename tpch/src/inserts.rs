@@ -19,7 +19,7 @@ use datafusion::execution::options::ParquetReadOptions;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::datagen::DataSet;
-use crate::runner::{run_sql, sorted_rows};
+use crate::runner::{median, run_sql, sorted_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -93,11 +93,6 @@ const QUERIES: &[(&str, &str)] = &[
         "SELECT count(*), sum(l_quantity) FROM t WHERE l_partkey = 4242",
     ),
 ];
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 async fn time_queries(
     ctx: &SessionContext,

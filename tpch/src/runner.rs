@@ -124,7 +124,7 @@ pub async fn timed_rows(
 pub const HOT_RUNS: usize = 5;
 
 /// The middle value of `times` (not empty).
-fn median(mut times: Vec<f64>) -> f64 {
+pub fn median(mut times: Vec<f64>) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }

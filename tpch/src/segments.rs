@@ -21,7 +21,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::datagen::DataSet;
 use crate::fig4::fig4_sql;
-use crate::runner::{run_sql, sorted_rows};
+use crate::runner::{median, run_sql, sorted_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -73,11 +73,6 @@ fn grown_tables() -> Vec<crate::tables::TpchTable> {
         .iter()
         .filter_map(|n| crate::tables::table(n))
         .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 async fn scalar_u64(ctx: &SessionContext, sql: &str) -> Result<u64, BoxError> {
