@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
 use datafusion::execution::memory_pool::{
@@ -48,6 +48,8 @@ pub struct OoodeRuntime {
     admission: Arc<Admission>,
     /// `ooode.device_queue_depth`, applied to the local engines.
     device_queue_depth: AtomicUsize,
+    /// `ooode.in_order_poll_us`, applied to the in-order engines.
+    in_order_poll_us: AtomicU64,
     memory: Arc<dyn MemoryPool>,
     engines: Mutex<HashMap<(ExecutionMode, bool), Arc<dyn IoEngine>>>,
     tables: Mutex<HashMap<(PathBuf, ExecutionMode, bool), Arc<TableIo>>>,
@@ -144,6 +146,7 @@ impl OoodeRuntime {
             recycler: Recycler::new(budget),
             admission: Admission::new(defaults.max_outstanding_io_total),
             device_queue_depth: AtomicUsize::new(defaults.device_queue_depth),
+            in_order_poll_us: AtomicU64::new(defaults.in_order_poll_us),
             memory,
             engines: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
@@ -181,6 +184,12 @@ impl OoodeRuntime {
         if self.device_queue_depth.swap(depth, Relaxed) != depth {
             for engine in self.engines.lock().values() {
                 engine.set_device_queue_depth(depth);
+            }
+        }
+        let poll = config.in_order_poll_us;
+        if self.in_order_poll_us.swap(poll, Relaxed) != poll {
+            for engine in self.engines.lock().values() {
+                engine.set_poll_budget(poll);
             }
         }
         self.configure_disk_cache(config);
@@ -257,7 +266,9 @@ impl OoodeRuntime {
             .entry((mode, direct))
             .or_insert_with(|| match mode {
                 ExecutionMode::InOrder => {
-                    Arc::new(SyncEngine::with_recycler(direct, self.recycler.clone()))
+                    let engine = SyncEngine::with_recycler(direct, self.recycler.clone());
+                    engine.set_poll_budget(self.in_order_poll_us.load(Relaxed));
+                    Arc::new(engine)
                 }
                 ExecutionMode::OutOfOrder => {
                     let engine =

@@ -26,6 +26,7 @@ pub mod fault;
 pub mod files;
 pub mod metrics;
 pub mod object_store_engine;
+pub mod polled;
 pub mod pool;
 pub mod priority;
 pub mod sync_engine;
@@ -87,6 +88,13 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
     /// (engines without a queue of their own ignore it).
     fn set_device_queue_depth(&self, depth: usize) {
         let _ = depth;
+    }
+
+    /// Microseconds a synchronous engine polls for a read's completion before its thread
+    /// sleeps (`ooode.in_order_poll_us`); engines that never wait on the calling thread
+    /// ignore it.
+    fn set_poll_budget(&self, micros: u64) {
+        let _ = micros;
     }
 
     /// Reads a run of many pages at once (`len` bytes at `offset`), for loading a table's
