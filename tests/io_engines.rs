@@ -162,11 +162,11 @@ async fn engines_return_identical_pages_under_concurrency_and_cancellation() {
                 snap.max_in_flight
             );
         }
-        if engine.name() == "pread" {
+        if engine.name() == "sync" {
             // A synchronous read at a time per calling thread (two runtime workers here).
             assert!(
                 snap.max_in_flight <= 2,
-                "pread had {} in flight",
+                "the synchronous engine had {} in flight",
                 snap.max_in_flight
             );
         }

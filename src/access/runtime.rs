@@ -259,7 +259,8 @@ impl OoodeRuntime {
         &self.memory
     }
 
-    /// The engine for a mode: io_uring (or its fallback) out of order, pread in order.
+    /// The engine for a mode: io_uring (or its fallback) out of order, the synchronous engine
+    /// in order.
     pub fn engine(&self, mode: ExecutionMode, direct: bool) -> Arc<dyn IoEngine> {
         self.engines
             .lock()

@@ -7,7 +7,8 @@
 //!      │ misses
 //!   dyn IoEngine: UringEngine (io_uring, O_DIRECT, one ring per core, an optional queue
 //!                              in front of the device by query size; default on Linux)
-//!                 SyncEngine  (pread on the calling thread: the in-order baseline, fallback)
+//!                 SyncEngine  (one read at a time on the calling thread, polled io_uring or pread:
+//!                              the in-order baseline, and the fallback)
 //!                 ObjectStoreEngine (ranged GETs)
 //!                 FaultyEngine (wraps any engine; injects errors, short reads, delays)
 //! ```
@@ -58,7 +59,7 @@ pub type ReadFuture = BoxFuture<'static, Result<PageBuf>>;
 
 /// Reads byte ranges (pages) of files.
 pub trait IoEngine: Send + Sync + std::fmt::Debug {
-    /// Short name ("io_uring", "pread", ...).
+    /// Short name ("io_uring", "sync", ...).
     fn name(&self) -> &'static str;
 
     /// Opens (or finds the already opened) file at `path`.

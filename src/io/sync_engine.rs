@@ -123,7 +123,7 @@ impl SyncEngine {
 
 impl IoEngine for SyncEngine {
     fn name(&self) -> &'static str {
-        "pread"
+        "sync"
     }
 
     fn open(&self, path: &Path) -> Result<FileId> {

@@ -16,7 +16,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// One measured point.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct IoPoint {
-    /// "io_uring" or "pread".
+    /// "io_uring", "sync polled", ...
     pub engine: String,
     /// Reads kept in flight.
     pub depth: usize,
@@ -26,7 +26,7 @@ pub struct IoPoint {
     pub mb_per_sec: f64,
     /// Process CPU per read, microseconds.
     pub cpu_us_per_read: f64,
-    /// fio's IOPS at the same depth (io_uring engine for io_uring, psync for pread), the mean
+    /// fio's IOPS at the same depth (fio's io_uring engine), the mean
     /// of a run right before and one right after the engine's.
     pub fio_iops: Option<f64>,
     /// fio's CPU per read, microseconds.
@@ -216,7 +216,7 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
     }
     let mut points = Vec::new();
     let total = 2 * opts.depths.len()
-        + 1
+        + 2
         + 2 * opts.depths.iter().filter(|d| **d >= 16).count()
         + 4 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count();
     let mut step = 0;
@@ -237,14 +237,28 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
                 fio_cpu_us_per_read: fio.map(|f| f.1),
             });
         };
-    let sync: Arc<dyn IoEngine> = Arc::new(SyncEngine::new(true));
-    let m = measure_engine(sync, &opts.file, opts.page_size, 1, opts.secs).await?;
-    let f = if fio {
-        Some(run_fio(&opts.file, opts.page_size, 1, opts.secs, "psync")?)
-    } else {
-        None
-    };
-    point("pread", 1, m, f);
+    // The in-order engine as it waits by default (polling its completion first) and
+    // sleeping at once, each next to fio at depth 1 on io_uring (which sleeps).
+    for (name, poll_us) in [
+        ("sync polled", ooode::io::sync_engine::DEFAULT_POLL_US),
+        ("sync sleeping", 0),
+    ] {
+        let sync = SyncEngine::new(true);
+        sync.set_poll_budget(poll_us);
+        let m = measure_engine(Arc::new(sync), &opts.file, opts.page_size, 1, opts.secs).await?;
+        let f = if fio {
+            Some(run_fio(
+                &opts.file,
+                opts.page_size,
+                1,
+                opts.secs,
+                "io_uring",
+            )?)
+        } else {
+            None
+        };
+        point(name, 1, m, f);
+    }
     for &depth in &opts.depths {
         // Completions taken by a thread per ring, then on the reactor of this runtime.
         let engine: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
