@@ -539,12 +539,15 @@ mod tests {
         ConfigField::set(&mut c, "execution_mode", "IN_ORDER").unwrap();
         ConfigField::set(&mut c, "buffer_pool_bytes", "64MiB").unwrap();
         ConfigField::set(&mut c, "max_outstanding_io", "1024").unwrap();
+        ConfigField::set(&mut c, "in_order_poll_us", "0").unwrap();
+        assert_eq!(c.in_order_poll_us, 0);
         assert_eq!(c.execution_mode, ExecutionMode::InOrder);
         assert_eq!(c.buffer_pool_bytes, 64 << 20);
         let entries = c.entries();
         let get = |k: &str| entries.iter().find(|e| e.key == k).unwrap().value.clone();
         assert_eq!(get("ooode.execution_mode").as_deref(), Some("in_order"));
         assert_eq!(get("ooode.max_outstanding_io").as_deref(), Some("1024"));
+        assert_eq!(get("ooode.in_order_poll_us").as_deref(), Some("0"));
         assert_eq!(entries.len(), SETTINGS.len());
         for (key, value) in [
             ("max_outstanding_io", "0"),
@@ -552,6 +555,8 @@ mod tests {
             ("buffer_pool_bytes", "12 parsecs"),
             ("buffer_pool_memory_fraction", "1.5"),
             ("direct_io", "maybe"),
+            ("in_order_poll_us", "-1"),
+            ("in_order_poll_us", "2000000"),
             ("no_such_thing", "1"),
         ] {
             let e = ConfigField::set(&mut c, key, value)
