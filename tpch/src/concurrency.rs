@@ -64,6 +64,11 @@ pub struct ConcurrencyPoint {
     /// from reads the disk is slow on.
     pub disk_read_ms: Option<f64>,
     pub disk_depth: Option<f64>,
+    /// Mean KiB a read at the device, and the share of arriving reads the I/O scheduler
+    /// merged into adjacent ones (two pages read as one 16 KiB read count once in
+    /// `device_iops`, and cost a 16 KiB read: fio's reads are all 8 KiB).
+    pub disk_read_kib: Option<f64>,
+    pub disk_merged_share: Option<f64>,
     /// Page reads per second ooode issued (None for Parquet).
     pub engine_iops: Option<f64>,
     /// Of ooode's reads, the share that waited in the engine's queue for the device (when
@@ -195,6 +200,10 @@ fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, Stri
 struct DiskCounters {
     /// Reads completed.
     reads: u64,
+    /// Reads the I/O scheduler merged into adjacent ones before they reached the device.
+    merged: u64,
+    /// 512-byte sectors read.
+    sectors: u64,
     /// Milliseconds reads spent in the kernel, from their arrival at the block layer to their
     /// completion (the I/O scheduler's queue and the device), summed over reads.
     read_ms: u64,
@@ -226,24 +235,44 @@ impl DiskCounters {
             let field = |i: usize| f[i].parse::<u64>().ok();
             Some(Self {
                 reads: field(3)?,
+                merged: field(4)?,
+                sectors: field(5)?,
                 read_ms: field(6)?,
                 weighted_ms: field(13)?,
             })
         })
     }
 
-    /// Over the `secs` from `before` to `self`: reads per second, mean milliseconds a read
-    /// spent in the kernel, mean I/Os in the kernel.
-    fn since(&self, before: &Self, secs: f64) -> (f64, Option<f64>, Option<f64>) {
+    /// Over the `secs` from `before` to `self`.
+    fn since(&self, before: &Self, secs: f64) -> DiskRates {
         let reads = self.reads.saturating_sub(before.reads);
+        let merged = self.merged.saturating_sub(before.merged);
+        let sectors = self.sectors.saturating_sub(before.sectors);
         let read_ms = self.read_ms.saturating_sub(before.read_ms);
         let weighted = self.weighted_ms.saturating_sub(before.weighted_ms);
-        (
-            reads as f64 / secs,
-            (reads > 0).then(|| read_ms as f64 / reads as f64),
-            (secs > 0.0).then(|| weighted as f64 / (secs * 1e3)),
-        )
+        DiskRates {
+            iops: reads as f64 / secs,
+            read_ms: (reads > 0).then(|| read_ms as f64 / reads as f64),
+            depth: (secs > 0.0).then(|| weighted as f64 / (secs * 1e3)),
+            read_kib: (reads > 0).then(|| sectors as f64 / 2.0 / reads as f64),
+            merged_share: (reads > 0).then(|| merged as f64 / (reads + merged) as f64),
+        }
     }
+}
+
+/// What a disk did over a run, from two readings of its counters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct DiskRates {
+    /// Reads completed per second.
+    iops: f64,
+    /// Mean milliseconds a read spent in the kernel.
+    read_ms: Option<f64>,
+    /// Mean I/Os in the kernel.
+    depth: Option<f64>,
+    /// Mean KiB a read.
+    read_kib: Option<f64>,
+    /// Of the reads that arrived, the share merged into another before the device.
+    merged_share: Option<f64>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -434,10 +463,11 @@ async fn run_point(
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
     let depth = sampler.and_then(DepthSampler::finish);
-    let (device, disk_read_ms, disk_depth) = match (dev0, DiskCounters::of(&heap)) {
-        (Some(a), Some(b)) => b.since(&a, elapsed),
-        _ => (0.0, None, None),
+    let disk = match (dev0, DiskCounters::of(&heap)) {
+        (Some(a), Some(b)) => Some(b.since(&a, elapsed)),
+        _ => None,
     };
+    let device = disk.map_or(0.0, |d| d.iops);
     let engine_reads = match (reads0, ooode_reads()) {
         (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2)),
         _ => None,
@@ -468,8 +498,10 @@ async fn run_point(
             point_plan_p50_ms: percentile(&point_plans, 0.5),
             point_plan_p99_ms: percentile(&point_plans, 0.99),
             device_iops: device,
-            disk_read_ms,
-            disk_depth,
+            disk_read_ms: disk.and_then(|d| d.read_ms),
+            disk_depth: disk.and_then(|d| d.depth),
+            disk_read_kib: disk.and_then(|d| d.read_kib),
+            disk_merged_share: disk.and_then(|d| d.merged_share),
             engine_iops,
             device_queued_share,
             device_queue_ms,
@@ -600,6 +632,23 @@ fn print_run(p: &ConcurrencyPoint) {
             "{:<20} {c:>3} clients: in the kernel {depth:.0} I/Os on average, {ms:.2} ms a read \
              (I/O scheduler's queue and device)",
             ""
+        );
+    }
+    if let (Some(kib), Some(merged)) = (p.disk_read_kib, p.disk_merged_share) {
+        let bytes = p
+            .fio_qd64_beside
+            .map(|fio| {
+                format!(
+                    "; bytes per second at {:.0} % of fio's 8 KiB reads",
+                    p.device_iops * kib / (fio * 8.0) * 100.0
+                )
+            })
+            .unwrap_or_default();
+        eprintln!(
+            "{:<20} {c:>3} clients: {kib:.1} KiB a read at the device, {:.1} % of reads merged \
+             into an adjacent one{bytes}",
+            "",
+            merged * 100.0
         );
     }
     if let Some(tail) = &p.point_tail {
@@ -806,8 +855,10 @@ mod tests {
     fn disk_counters_give_rate_time_per_read_and_depth() {
         let line = |reads: u64, read_ms: u64, weighted: u64| {
             format!(
-                "   7       0 loop0 1 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n 254       0 vda {reads} 5 \
-                 900 {read_ms} 40 1 80 7 0 1000 {weighted} 0 0 0 0 2 3\n"
+                "   7       0 loop0 1 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n 254       0 vda {reads} \
+                 {} {} {read_ms} 40 1 80 7 0 1000 {weighted} 0 0 0 0 2 3\n",
+                reads / 20,
+                reads * 17
             )
         };
         let a = DiskCounters::parse(&line(1000, 500, 2000), 254, 0).unwrap();
@@ -815,20 +866,26 @@ mod tests {
             a,
             DiskCounters {
                 reads: 1000,
+                merged: 50,
+                sectors: 17_000,
                 read_ms: 500,
                 weighted_ms: 2000
             }
         );
         let b = DiskCounters::parse(&line(51_000, 75_500, 142_000), 254, 0).unwrap();
-        let (iops, ms, depth) = b.since(&a, 2.0);
-        assert_eq!(iops, 25_000.0);
-        assert_eq!(ms, Some(1.5));
-        assert_eq!(depth, Some(70.0));
+        let rates = b.since(&a, 2.0);
+        assert_eq!(rates.iops, 25_000.0);
+        assert_eq!(rates.read_ms, Some(1.5));
+        assert_eq!(rates.depth, Some(70.0));
+        assert_eq!(rates.read_kib, Some(8.5));
+        assert_eq!(rates.merged_share, Some(2_500.0 / 52_500.0));
         assert_eq!(
             DiskCounters::parse(&line(1, 1, 1), 254, 1),
             None,
             "no such device"
         );
-        assert_eq!(b.since(&b, 1.0).1, None, "no reads: no time per read");
+        let idle = b.since(&b, 1.0);
+        assert_eq!(idle.read_ms, None, "no reads: no time per read");
+        assert_eq!(idle.read_kib, None);
     }
 }
