@@ -71,8 +71,7 @@ pub fn read_at(
                 }
             }
         }
-        let (result, waited) = wait_for_completion(ring, poll);
-        Some((result, waited))
+        Some(wait_for_completion(ring, poll))
     })
 }
 

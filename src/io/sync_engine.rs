@@ -3,10 +3,10 @@
 //! This is the in-order engine of the paper (IODE): the caller waits for each read before it
 //! can issue the next. Files opened with O_DIRECT are read through the thread's own io_uring,
 //! polling for the completion before sleeping ([`super::polled`], `ooode.in_order_poll_us`);
-//! others, and threads without io_uring, use `pread`. In order, a query's nodes run inside their consumers' polls, so each
-//! pipeline (partition) of the query has one read outstanding; queries on other threads read
-//! at the same time (no lock is held across the system call). It is also the fallback where
-//! io_uring cannot be set up.
+//! others, and threads without io_uring, use `pread`. In order, a query's nodes run inside
+//! their consumers' polls, so each pipeline (partition) of the query has one read
+//! outstanding; queries on other threads read at the same time (no lock is held across the
+//! system call). It is also the fallback where io_uring cannot be set up.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::polled::{self, Waited};
-
 use super::buf::{PageBuf, Recycler};
 use super::files::{FileTable, short_read};
 use super::metrics::IoMetrics;
+use super::polled::{self, Waited};
 use super::{FileId, IoEngine, ReadFuture};
 use crate::storage::{Result, StorageError};
 
@@ -42,7 +41,7 @@ pub struct SyncEngine {
 pub const DEFAULT_POLL_US: u64 = 100;
 
 impl SyncEngine {
-    /// A pread engine; `direct` opens files with O_DIRECT.
+    /// A synchronous engine; `direct` opens files with O_DIRECT.
     pub fn new(direct: bool) -> Self {
         Self::with_recycler(direct, Recycler::new(0))
     }

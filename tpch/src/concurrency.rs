@@ -638,9 +638,10 @@ fn print_run(p: &ConcurrencyPoint) {
         let bytes = p
             .fio_qd64_beside
             .map(|fio| {
+                let fio_kib = crate::iobench::FIO_BLOCK_BYTES as f64 / 1024.0;
                 format!(
-                    "; bytes per second at {:.0} % of fio's 8 KiB reads",
-                    p.device_iops * kib / (fio * 8.0) * 100.0
+                    "; bytes per second at {:.0} % of fio's ({fio_kib} KiB reads)",
+                    p.device_iops * kib / (fio * fio_kib) * 100.0
                 )
             })
             .unwrap_or_default();

@@ -147,11 +147,14 @@ pub fn ensure_fio() -> bool {
     present()
 }
 
-/// fio's IOPS for random 8 KiB reads of `file` at `depth` (io_uring) for `secs`; None when fio
-/// is missing or fails. For measuring the disk right beside a run.
+/// Bytes of each read of [`fio_iops`]: the tables' page size.
+pub const FIO_BLOCK_BYTES: usize = 8192;
+
+/// fio's IOPS for random reads of [`FIO_BLOCK_BYTES`] of `file` at `depth` (io_uring) for
+/// `secs`; None when fio is missing or fails. For measuring the disk right beside a run.
 pub fn fio_iops(file: &Path, depth: usize, secs: f64) -> Option<f64> {
     ensure_fio()
-        .then(|| run_fio(file, 8192, depth, secs, "io_uring").ok())
+        .then(|| run_fio(file, FIO_BLOCK_BYTES, depth, secs, "io_uring").ok())
         .flatten()
         .map(|(iops, _)| iops)
 }
