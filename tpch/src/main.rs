@@ -249,6 +249,9 @@ enum Command {
         engine: String,
         #[arg(long)]
         n: u64,
+        /// Keep the program's code resident before dropping the OS cache.
+        #[arg(long)]
+        resident_code: bool,
     },
     /// Print ooode's plan (EXPLAIN, or EXPLAIN ANALYZE) of one TPC-H query.
     Explain {
@@ -553,12 +556,23 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             };
             runtime.block_on(ooode_tpch::s3::serve(&root, latency))?;
         }
-        Command::FirstQuery { sf, dir, engine, n } => {
+        Command::FirstQuery {
+            sf,
+            dir,
+            engine,
+            n,
+            resident_code,
+        } => {
             let data = DataSet::new(dir, sf);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let m = runtime.block_on(ooode_tpch::fresh::measure_here(&data, &engine, n))?;
+            let m = runtime.block_on(ooode_tpch::fresh::measure_here(
+                &data,
+                &engine,
+                n,
+                resident_code,
+            ))?;
             println!("{}", serde_json::to_string(&m)?);
         }
         Command::Explain {
