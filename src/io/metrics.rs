@@ -242,6 +242,12 @@ pub fn process_major_faults() -> u64 {
     process_usage().map_or(0, |usage| usage.ru_majflt as u64)
 }
 
+/// Page faults of this process so far that read nothing from disk (a page mapped from the OS
+/// cache, or fresh memory).
+pub fn process_minor_faults() -> u64 {
+    process_usage().map_or(0, |usage| usage.ru_minflt as u64)
+}
+
 impl Sampler {
     /// Starts sampling `metrics` every `interval`.
     pub fn start(metrics: Arc<IoMetrics>, interval: Duration) -> Self {

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use ooode::io::metrics::process_major_faults;
+use ooode::io::metrics::{process_major_faults, process_minor_faults};
 
 use crate::datagen::DataSet;
 use crate::fig4::{drop_os_cache, fig4_sql};
@@ -34,6 +34,12 @@ pub struct FirstQuery {
     pub first_major_faults: u64,
     #[serde(default)]
     pub again_major_faults: u64,
+    /// Page faults that read nothing from disk, in the first query and in a cold run again
+    /// (median): pages of code or data first touched by this process.
+    #[serde(default)]
+    pub first_minor_faults: u64,
+    #[serde(default)]
+    pub again_minor_faults: u64,
 }
 
 /// Medians over several processes, per engine.
@@ -117,19 +123,21 @@ pub async fn measure_here(
         "ooode" => ooode,
         _ => stock,
     };
-    let faults = process_major_faults();
+    let faults = (process_major_faults(), process_minor_faults());
     let first = timed_rows(&ctx, &sql, limit).await?.0.ok_or("timed out")?;
-    let first_major_faults = process_major_faults() - faults;
+    let first_major_faults = process_major_faults() - faults.0;
+    let first_minor_faults = process_minor_faults() - faults.1;
     let mut again = Vec::new();
-    let mut again_faults = Vec::new();
+    let (mut again_faults, mut again_minor) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         if engine == "ooode" {
             ooode_providers::ooode_runtime(&ctx).pool().clear();
         }
         drop_os_cache();
-        let faults = process_major_faults();
+        let faults = (process_major_faults(), process_minor_faults());
         again.push(timed_rows(&ctx, &sql, limit).await?.0.ok_or("timed out")?);
-        again_faults.push((process_major_faults() - faults) as f64);
+        again_faults.push((process_major_faults() - faults.0) as f64);
+        again_minor.push((process_minor_faults() - faults.1) as f64);
     }
     Ok(FirstQuery {
         register_ms,
@@ -137,6 +145,8 @@ pub async fn measure_here(
         cold_again_ms: median(again) * 1e3,
         first_major_faults,
         again_major_faults: median(again_faults) as u64,
+        first_minor_faults,
+        again_minor_faults: median(again_minor) as u64,
     })
 }
 
@@ -209,6 +219,8 @@ fn measure_engines(
             cold_again_ms: pick(|r| r.cold_again_ms),
             first_major_faults: pick(|r| r.first_major_faults as f64) as u64,
             again_major_faults: pick(|r| r.again_major_faults as f64) as u64,
+            first_minor_faults: pick(|r| r.first_minor_faults as f64) as u64,
+            again_minor_faults: pick(|r| r.again_minor_faults as f64) as u64,
         };
         eprintln!(
             "{engine:<20} fresh process{}: first query {:.1} ms ({} major page faults), cold \
@@ -227,20 +239,22 @@ fn measure_engines(
 /// The report's lines.
 pub fn format_report(r: &FreshReport) -> String {
     let mut out = format!(
-        "{:<36} {:>12} {:>15} {:>16} {:>14}\n",
-        "engine", "register ms", "first query ms", "cold again ms", "major faults"
+        "{:<36} {:>12} {:>15} {:>16} {:>14} {:>17}\n",
+        "engine", "register ms", "first query ms", "cold again ms", "major faults", "minor faults"
     );
     let variants = [("", &r.engines), (", code resident", &r.resident)];
     for (label, engines) in variants {
         for (engine, m) in engines {
             out += &format!(
-                "{:<36} {:>12.1} {:>15.1} {:>16.1} {:>6} / {:<5}\n",
+                "{:<36} {:>12.1} {:>15.1} {:>16.1} {:>6} / {:<5} {:>8} / {:<6}\n",
                 format!("{engine}{label}"),
                 m.register_ms,
                 m.first_ms,
                 m.cold_again_ms,
                 m.first_major_faults,
-                m.again_major_faults
+                m.again_major_faults,
+                m.first_minor_faults,
+                m.again_minor_faults
             );
         }
     }
