@@ -60,9 +60,10 @@ pub struct FreshReport {
     pub processes: usize,
 }
 
-/// Maps every page of this process's code (the program's and its libraries' executable
-/// mappings) so that dropping the OS cache leaves them: the kernel drops only pages no process
-/// maps. Returns the bytes made resident; fails where the kernel cannot (before Linux 5.14).
+/// Maps every page of this process's program image (the read-only mappings of its executable
+/// and libraries: code, constants, unwind tables) so that dropping the OS cache leaves them:
+/// the kernel drops only pages no process maps. Call it before any data file is mapped.
+/// Returns the bytes made resident; fails where the kernel cannot (before Linux 5.14).
 pub fn keep_code_resident() -> std::io::Result<u64> {
     let maps = std::fs::read_to_string("/proc/self/maps")?;
     let mut bytes = 0;
@@ -73,7 +74,8 @@ pub fn keep_code_resident() -> std::io::Result<u64> {
             continue;
         };
         let file_backed = fields.nth(3).is_some_and(|path| path.starts_with('/'));
-        if !(file_backed && perms.starts_with("r-x")) {
+        // Read-only (r-x or r--), never a writable one.
+        if !(file_backed && perms.starts_with('r') && perms.as_bytes().get(1) == Some(&b'-')) {
             continue;
         }
         let bounds = range.split_once('-').and_then(|(a, b)| {
