@@ -181,16 +181,25 @@ fn measure_engines(
     resident_code: bool,
 ) -> Result<Vec<(String, FirstQuery)>, BoxError> {
     let exe = std::env::current_exe()?;
+    // The child's arguments as text, the same for every process.
+    let (sf, root, customers) = (
+        data.sf.to_string(),
+        data.root.display().to_string(),
+        n.to_string(),
+    );
     let mut engines = Vec::new();
     for engine in ["ooode", "datafusion parquet"] {
         let mut runs = Vec::new();
         for _ in 0..processes {
-            let (sf, root, n) = (
-                data.sf.to_string(),
-                data.root.display().to_string(),
-                n.to_string(),
-            );
-            let mut args = vec!["first-query", "--sf", &sf, "--dir", &root, "--n", &n];
+            let mut args = vec![
+                "first-query",
+                "--sf",
+                &sf,
+                "--dir",
+                &root,
+                "--n",
+                &customers,
+            ];
             args.extend([
                 "--engine",
                 if engine == "ooode" {
