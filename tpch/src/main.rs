@@ -249,7 +249,8 @@ enum Command {
         engine: String,
         #[arg(long)]
         n: u64,
-        /// Keep the program's code resident before dropping the OS cache.
+        /// Keep the program's read-only image (code, constants) resident before dropping the
+        /// OS cache.
         #[arg(long)]
         resident_code: bool,
     },
