@@ -75,6 +75,15 @@ pub struct ConcurrencyPoint {
     /// `ooode.device_queue_depth` reads were there), and their mean wait, milliseconds.
     pub device_queued_share: Option<f64>,
     pub device_queue_ms: Option<f64>,
+    /// Mean milliseconds from a read's submission until its completion was taken from the
+    /// ring (ooode's engines, all reads of the run).
+    pub reaped_read_ms: Option<f64>,
+    /// Mean milliseconds from a read's submission until the task that wanted the page ran
+    /// with it (the queries' own counts: reaped, then woken and scheduled), all queries and
+    /// point lookups alone. Next to `disk_read_ms` they split a read's latency into the
+    /// kernel's, the reaping's and the scheduler's.
+    pub used_read_ms: Option<f64>,
+    pub point_used_read_ms: Option<f64>,
     /// Process CPU, percent of one core.
     pub cpu_percent: f64,
     /// fio's random 8 KiB reads at depth 64 on the lineitem heap, IOPS: the mean of two
@@ -389,15 +398,17 @@ async fn run_point(
     }
     drop_os_cache();
     let heap = data.ooode_table("lineitem");
-    // Reads, reads queued for the device, their time queued (nanoseconds).
+    // Reads, reads queued for the device, their time queued, their time until reaped
+    // (nanoseconds).
     let ooode_reads = || {
         (engine == Engine::Ooode).then(|| {
             ooode_providers::ooode_runtime(&contexts[0])
                 .engines()
                 .iter()
                 .map(|e| e.metrics().snapshot())
-                .fold((0u64, 0u64, 0u128), |(r, q, t), s| {
-                    (r + s.reads, q + s.queued, t + s.queue_time.as_nanos())
+                .fold((0u64, 0u64, 0u128, 0u128), |(r, q, t, d), s| {
+                    let d = d + s.read_time.as_nanos();
+                    (r + s.reads, q + s.queued, t + s.queue_time.as_nanos(), d)
                 })
         })
     };
@@ -432,6 +443,8 @@ async fn run_point(
     let mut point_timings = Vec::new();
     let mut other_classes = Vec::new();
     let mut results = HashMap::new();
+    // Reads of all queries and their time until used, then the same of point lookups.
+    let mut used = UsedReads::default();
     for t in tasks {
         let (client, done) = t.await??;
         for (k, point, timing, rows) in done {
@@ -439,6 +452,7 @@ async fn run_point(
                 other_classes.push(timing.class);
             }
             latencies.push(timing.total_ms);
+            used.add(&timing, point);
             if point {
                 point_latencies.push(timing.total_ms);
                 point_plans.push(timing.plan_ms);
@@ -469,14 +483,17 @@ async fn run_point(
     };
     let device = disk.map_or(0.0, |d| d.iops);
     let engine_reads = match (reads0, ooode_reads()) {
-        (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2)),
+        (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2, b.3 - a.3)),
         _ => None,
     };
-    let engine_iops = engine_reads.map(|(reads, _, _)| reads as f64 / elapsed);
+    let engine_iops = engine_reads.map(|(reads, ..)| reads as f64 / elapsed);
     let device_queued_share =
-        engine_reads.map(|(reads, queued, _)| queued as f64 / reads.max(1) as f64);
+        engine_reads.map(|(reads, queued, ..)| queued as f64 / reads.max(1) as f64);
     let device_queue_ms =
-        engine_reads.map(|(_, queued, nanos)| nanos as f64 / 1e6 / queued.max(1) as f64);
+        engine_reads.map(|(_, queued, nanos, _)| nanos as f64 / 1e6 / queued.max(1) as f64);
+    let reaped_read_ms = engine_reads
+        .filter(|r| r.0 > 0)
+        .map(|(reads, _, _, nanos)| nanos as f64 / 1e6 / reads as f64);
     latencies.sort_by(f64::total_cmp);
     point_latencies.sort_by(f64::total_cmp);
     point_plans.sort_by(f64::total_cmp);
@@ -505,6 +522,9 @@ async fn run_point(
             engine_iops,
             device_queued_share,
             device_queue_ms,
+            reaped_read_ms,
+            used_read_ms: used.all.mean(),
+            point_used_read_ms: used.points.mean(),
             cpu_percent: cpu / elapsed * 100.0,
             fio_qd64_beside: None,
             point_tail: match engine {
@@ -515,6 +535,36 @@ async fn run_point(
         },
         results,
     })
+}
+
+/// Reads of finished queries and their time from submission until used, summed.
+#[derive(Debug, Default)]
+struct ReadTimes {
+    reads: u64,
+    ms: f64,
+}
+
+impl ReadTimes {
+    fn mean(&self) -> Option<f64> {
+        (self.reads > 0).then(|| self.ms / self.reads as f64)
+    }
+}
+
+/// [`ReadTimes`] of all queries of a run and of its point lookups.
+#[derive(Debug, Default)]
+struct UsedReads {
+    all: ReadTimes,
+    points: ReadTimes,
+}
+
+impl UsedReads {
+    fn add(&mut self, t: &Timing, point: bool) {
+        let sides = [Some(&mut self.all), point.then_some(&mut self.points)];
+        for side in sides.into_iter().flatten() {
+            side.reads += t.reads;
+            side.ms += t.device_ms;
+        }
+    }
 }
 
 /// Where the slowest point lookups' time went, as one line.
@@ -631,6 +681,21 @@ fn print_run(p: &ConcurrencyPoint) {
         eprintln!(
             "{:<20} {c:>3} clients: in the kernel {depth:.0} I/Os on average, {ms:.2} ms a read \
              (I/O scheduler's queue and device)",
+            ""
+        );
+    }
+    if let (Some(reaped), Some(used)) = (p.reaped_read_ms, p.used_read_ms) {
+        let kernel = p
+            .disk_read_ms
+            .map(|ms| format!("{ms:.2} ms in the kernel, "))
+            .unwrap_or_default();
+        let points = p
+            .point_used_read_ms
+            .map(|ms| format!(" (point lookups' reads {ms:.2} ms)"))
+            .unwrap_or_default();
+        eprintln!(
+            "{:<20} {c:>3} clients: a read {kernel}{reaped:.2} ms until reaped, {used:.2} ms \
+             until its task ran with the page{points}",
             ""
         );
     }
@@ -851,6 +916,22 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn used_reads_average_all_queries_and_points_apart() {
+        let mut used = UsedReads::default();
+        assert_eq!(used.all.mean(), None);
+        let timing = |reads: u64, device_ms: f64| Timing {
+            reads,
+            device_ms,
+            ..Timing::default()
+        };
+        used.add(&timing(10, 50.0), false);
+        used.add(&timing(2, 4.0), true);
+        used.add(&timing(0, 0.0), true);
+        assert_eq!(used.all.mean(), Some(54.0 / 12.0));
+        assert_eq!(used.points.mean(), Some(2.0));
+    }
 
     #[test]
     fn disk_counters_give_rate_time_per_read_and_depth() {
