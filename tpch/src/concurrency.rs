@@ -113,7 +113,8 @@ pub struct PointTail {
     pub admission_ms: f64,
     /// From a read's admission until its task ran, summed (scheduling delay).
     pub wake_ms: f64,
-    /// Reads outstanding at the device, summed.
+    /// Reads' time from submission until their task ran with the page, summed (the device,
+    /// the reaping and the scheduler; see `used_read_ms`).
     pub device_ms: f64,
     /// Size class (log2 of the estimated page reads) admission queued them in.
     pub class: f64,
@@ -571,7 +572,7 @@ impl UsedReads {
 fn tail_line(t: &PointTail) -> String {
     format!(
         "slowest 5 % of points ({}): {:.1} ms = planning {:.1} + execution; summed over their \
-         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, device {:.1} ms; size class \
+         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, submitted to used {:.1} ms; size class \
          {:.1}; after ooode's operators {:.1} ms",
         t.queries,
         t.total_ms,
