@@ -191,6 +191,11 @@ fn measure_engines(
     for engine in ["ooode", "datafusion parquet"] {
         let mut runs = Vec::new();
         for _ in 0..processes {
+            let engine_arg = if engine == "ooode" {
+                "ooode"
+            } else {
+                "parquet"
+            };
             let mut args = vec![
                 "first-query",
                 "--sf",
@@ -199,15 +204,9 @@ fn measure_engines(
                 &root,
                 "--n",
                 &customers,
-            ];
-            args.extend([
                 "--engine",
-                if engine == "ooode" {
-                    "ooode"
-                } else {
-                    "parquet"
-                },
-            ]);
+                engine_arg,
+            ];
             if resident_code {
                 args.push("--resident-code");
             }
