@@ -30,6 +30,7 @@ pub mod object_store_engine;
 pub mod polled;
 pub mod pool;
 pub mod priority;
+pub mod read_log;
 pub mod sync_engine;
 pub mod uring;
 pub mod wait;
@@ -114,6 +115,19 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
 
     /// The engine's own counters (all reads it served).
     fn metrics(&self) -> &Arc<IoMetrics>;
+
+    /// Starts a record of the next `capacity` reads asked of the engine (file, offset,
+    /// length), in place of any earlier one; false from engines that keep none.
+    fn record_reads(&self, capacity: usize) -> bool {
+        let _ = capacity;
+        false
+    }
+
+    /// Stops recording and returns the reads recorded, as (file path, offset, length), in
+    /// the order they were asked for.
+    fn recorded_reads(&self) -> Vec<(PathBuf, u64, usize)> {
+        Vec::new()
+    }
 
     /// Most reads the engine keeps in flight.
     fn max_in_flight(&self) -> usize;

@@ -9,7 +9,7 @@
 //! finished is checked equal. A run of point lookups alone gives their p99 without the load.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,12 @@ pub struct ConcurrencyPoint {
     /// seconds right before the run and two right after (ooode's mixed runs; None without
     /// fio). The device drifts over minutes, so its share is taken against this.
     pub fio_qd64_beside: Option<f64>,
+    /// fio replaying the reads ooode asked for in this run (files, offsets and lengths, in
+    /// their order; at most [`RECORDED_READS`]) at depth 64, as fast as the device serves
+    /// them, right after the run, IOPS (ooode's mixed runs; None without fio). Next to
+    /// `fio_qd64_beside` it tells whether the device is slower on these reads themselves or
+    /// on the way the engine keeps them in flight.
+    pub fio_replay_qd64: Option<f64>,
     /// Where the slowest point lookups' time went (ooode only).
     pub point_tail: Option<PointTail>,
     /// How deep ooode kept the device: reads in flight and permits held (ooode only).
@@ -298,7 +304,12 @@ struct Run {
     point: ConcurrencyPoint,
     /// (client, k) -> result rows.
     results: HashMap<(usize, u64), Vec<String>>,
+    /// The reads ooode's engines were asked for (file, offset, length), mixed runs only.
+    recorded: Vec<(PathBuf, u64, usize)>,
 }
+
+/// Most reads of one run recorded for fio to replay (16 bytes each).
+pub const RECORDED_READS: usize = 1 << 21;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Engine {
@@ -378,6 +389,15 @@ async fn run_beside_fio(
     let before = fio();
     let mut run = run_point(data, engine, clients, secs, ooode_settings, false).await?;
     run.point.fio_qd64_beside = before.zip(fio()).map(|(a, b)| (a + b) / 2.0);
+    if engine == Engine::Ooode && !run.recorded.is_empty() && crate::iobench::ensure_fio() {
+        run.point.fio_replay_qd64 = match crate::iobench::fio_replay_iops(&run.recorded, 64, 3.0) {
+            Ok(iops) => Some(iops),
+            Err(e) => {
+                eprintln!("fio could not replay the run's reads: {e}");
+                None
+            }
+        };
+    }
     Ok(run)
 }
 
@@ -419,6 +439,15 @@ async fn run_point(
         ))?),
         Engine::Parquet => None,
     };
+    let engines = match engine {
+        Engine::Ooode => ooode_providers::ooode_runtime(&contexts[0]).engines(),
+        Engine::Parquet => Vec::new(),
+    };
+    if !points_only {
+        for e in &engines {
+            e.record_reads(RECORDED_READS);
+        }
+    }
     let (dev0, cpu0, reads0) = (DiskCounters::of(&heap), process_cpu_time(), ooode_reads());
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
@@ -477,6 +506,10 @@ async fn run_point(
     }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let recorded = match points_only {
+        true => Vec::new(),
+        false => engines.iter().flat_map(|e| e.recorded_reads()).collect(),
+    };
     let depth = sampler.and_then(DepthSampler::finish);
     let disk = match (dev0, DiskCounters::of(&heap)) {
         (Some(a), Some(b)) => Some(b.since(&a, elapsed)),
@@ -528,6 +561,7 @@ async fn run_point(
             point_used_read_ms: used.points.mean(),
             cpu_percent: cpu / elapsed * 100.0,
             fio_qd64_beside: None,
+            fio_replay_qd64: None,
             point_tail: match engine {
                 Engine::Ooode => PointTail::of(&point_timings),
                 Engine::Parquet => None,
@@ -535,6 +569,7 @@ async fn run_point(
             depth,
         },
         results,
+        recorded,
     })
 }
 
@@ -676,6 +711,14 @@ fn print_run(p: &ConcurrencyPoint) {
             "{:<20} {c:>3} clients: fio at depth 64 beside the run {fio:.0} IOPS (device at {:.0} %)",
             "",
             p.device_iops / fio * 100.0
+        );
+    }
+    if let Some(replay) = p.fio_replay_qd64 {
+        eprintln!(
+            "{:<20} {c:>3} clients: fio replaying the run's own reads at depth 64 {replay:.0} \
+             IOPS (device at {:.0} % of that)",
+            "",
+            p.device_iops / replay * 100.0
         );
     }
     if let (Some(ms), Some(depth)) = (p.disk_read_ms, p.disk_depth) {

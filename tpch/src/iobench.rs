@@ -1,6 +1,7 @@
 //! The physical limit: random page reads over one file through each engine at several queue
 //! depths, next to `fio` with the same file, block size, O_DIRECT and depth, in the same run.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -157,6 +158,93 @@ pub fn fio_iops(file: &Path, depth: usize, secs: f64) -> Option<f64> {
         .then(|| run_fio(file, FIO_BLOCK_BYTES, depth, secs, "io_uring").ok())
         .flatten()
         .map(|(iops, _)| iops)
+}
+
+/// Writes `reads` (file, offset, length) as a fio I/O log (version 2), in their order.
+pub fn write_iolog(reads: &[(PathBuf, u64, usize)], out: &mut impl Write) -> Result<(), BoxError> {
+    let mut files: Vec<&Path> = Vec::new();
+    for (path, ..) in reads {
+        if !files.contains(&path.as_path()) {
+            // fio reads a log line's file name up to white space, 256 bytes at most.
+            let name = path
+                .to_str()
+                .filter(|n| n.len() <= 256 && !n.contains(char::is_whitespace));
+            if name.is_none() {
+                return Err(format!("fio cannot replay reads of {}", path.display()).into());
+            }
+            files.push(path);
+        }
+    }
+    writeln!(out, "fio version 2 iolog")?;
+    for action in ["add", "open"] {
+        for f in &files {
+            writeln!(out, "{} {action}", f.display())?;
+        }
+    }
+    for (path, offset, len) in reads {
+        writeln!(out, "{} read {offset} {len}", path.display())?;
+    }
+    for f in &files {
+        writeln!(out, "{} close", f.display())?;
+    }
+    Ok(())
+}
+
+/// fio's IOPS replaying `reads` (as an engine recorded them) with `depth` in flight, O_DIRECT
+/// through io_uring, as fast as the device serves them, for at most `secs`.
+pub fn fio_replay_iops(
+    reads: &[(PathBuf, u64, usize)],
+    depth: usize,
+    secs: f64,
+) -> Result<f64, BoxError> {
+    fio_replay(reads, depth, secs).map(|(iops, _)| iops)
+}
+
+/// [`fio_replay_iops`], and how many reads fio made.
+fn fio_replay(
+    reads: &[(PathBuf, u64, usize)],
+    depth: usize,
+    secs: f64,
+) -> Result<(f64, u64), BoxError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let log =
+        std::env::temp_dir().join(format!("ooode-replay-{}-{nanos}.iolog", std::process::id()));
+    let written = std::fs::File::create(&log)
+        .map_err(BoxError::from)
+        .and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            write_iolog(reads, &mut w)?;
+            w.flush()?;
+            Ok(())
+        });
+    let out = written.and_then(|()| {
+        Command::new("fio")
+            .args([
+                "--name=replay",
+                &format!("--read_iolog={}", log.display()),
+                "--replay_no_stall=1",
+                "--direct=1",
+                "--ioengine=io_uring",
+                &format!("--iodepth={depth}"),
+                &format!("--runtime={}ms", (secs * 1000.0).max(500.0) as u64),
+                "--output-format=json",
+            ])
+            .output()
+            .map_err(BoxError::from)
+    });
+    let _ = std::fs::remove_file(&log);
+    let out = out?;
+    if !out.status.success() {
+        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let read = &json["jobs"][0]["read"];
+    match (read["iops"].as_f64(), read["total_ios"].as_u64()) {
+        (Some(iops), Some(n)) if n > 0 => Ok((iops, n)),
+        _ => Err("fio's replay read nothing".into()),
+    }
 }
 
 /// Runs fio: random reads of `file`, O_DIRECT, block `bs`, `depth` in flight; returns IOPS and
@@ -361,4 +449,47 @@ pub fn format_points(points: &[IoPoint]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_iolog_lists_each_file_once_then_the_reads_in_order() {
+        let (a, b) = (PathBuf::from("/d/a.pages"), PathBuf::from("/d/b.pages"));
+        let reads = vec![(a.clone(), 8192, 8192), (b, 0, 16384), (a, 0, 8192)];
+        let mut out = Vec::new();
+        write_iolog(&reads, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "fio version 2 iolog\n/d/a.pages add\n/d/b.pages add\n/d/a.pages open\n\
+             /d/b.pages open\n/d/a.pages read 8192 8192\n/d/b.pages read 0 16384\n\
+             /d/a.pages read 0 8192\n/d/a.pages close\n/d/b.pages close\n"
+        );
+        let spaced = vec![(PathBuf::from("/d/a b"), 0, 8192)];
+        assert!(write_iolog(&spaced, &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn fio_replays_an_engines_recorded_reads() {
+        assert!(
+            ensure_fio(),
+            "fio is required by this test (the Debian package; .ci/run installs it)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pages");
+        std::fs::write(&path, vec![5u8; 64 * 8192]).unwrap();
+        let engine = UringEngine::new(UringConfig::default())
+            .expect("io_uring is required by this test (kernel support, not blocked by seccomp)");
+        let file = engine.open(&path).unwrap();
+        assert!(engine.record_reads(1000));
+        let reads = (0..200u64).map(|i| engine.read(file, (i * 7 % 64) * 8192, 8192));
+        futures::executor::block_on(futures::future::try_join_all(reads)).unwrap();
+        let recorded = engine.recorded_reads();
+        assert_eq!(recorded.len(), 200);
+        let (iops, n) = fio_replay(&recorded, 8, 10.0).unwrap();
+        assert_eq!(n, 200, "fio made every recorded read, no more");
+        assert!(iops > 0.0);
+    }
 }

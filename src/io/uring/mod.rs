@@ -51,6 +51,7 @@ use super::buf::{PageBuf, Recycler};
 use super::files::FileTable;
 use super::metrics::IoMetrics;
 use super::priority::UNKNOWN_CLASS;
+use super::read_log::ReadLog;
 use super::{FileId, IoEngine, ReadFuture};
 use crate::storage::{Result, StorageError};
 
@@ -112,6 +113,8 @@ pub struct UringEngine {
     config: UringConfig,
     reapers: Vec<Arc<Reaper>>,
     device: Arc<DeviceQueue>,
+    /// A record of the reads asked for, once one was started ([`IoEngine::record_reads`]).
+    log: std::sync::OnceLock<ReadLog>,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -199,6 +202,7 @@ impl UringEngine {
                 ..config
             },
             reapers,
+            log: std::sync::OnceLock::new(),
         })
     }
 
@@ -262,6 +266,9 @@ impl IoEngine for UringEngine {
             let err = StorageError::InvalidArgument(format!("file id {} was not opened", file.0));
             return futures::future::ready(Err(err)).boxed();
         };
+        if let Some(log) = self.log.get() {
+            log.note(file, offset, len);
+        }
         let ring = self.rings[thread_slot() % self.rings.len()].clone();
         Box::pin(UringRead {
             state: ReadState::Start {
@@ -284,6 +291,31 @@ impl IoEngine for UringEngine {
 
     fn max_in_flight(&self) -> usize {
         self.config.max_in_flight
+    }
+
+    fn record_reads(&self, capacity: usize) -> bool {
+        let log = self.log.get_or_init(|| ReadLog::new(capacity));
+        if log.capacity() != capacity {
+            // The log's size is set once; a different one is refused rather than half kept.
+            return false;
+        }
+        log.restart();
+        true
+    }
+
+    fn recorded_reads(&self) -> Vec<(PathBuf, u64, usize)> {
+        let Some(log) = self.log.get() else {
+            return Vec::new();
+        };
+        log.stop();
+        let mut paths = std::collections::HashMap::new();
+        log.reads()
+            .into_iter()
+            .map(|(file, offset, len)| {
+                let path = paths.entry(file).or_insert_with(|| self.files.path(file));
+                (path.clone(), offset, len)
+            })
+            .collect()
     }
 
     fn close_in(&self, dir: &Path) -> usize {
@@ -485,6 +517,40 @@ mod tests {
         .expect("io_uring is required by this test (kernel support, not blocked by seccomp)");
         read_held_pages(&off, 64);
         assert_eq!(off.fixed_buffer_reads(), 0);
+    }
+
+    #[test]
+    fn a_record_of_reads_names_their_files_in_the_order_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, vec![1u8; 4 * 4096]).unwrap();
+        std::fs::write(&b, vec![2u8; 4 * 4096]).unwrap();
+        let engine = UringEngine::new(UringConfig::default())
+            .expect("io_uring is required by this test (kernel support, not blocked by seccomp)");
+        let (fa, fb) = (engine.open(&a).unwrap(), engine.open(&b).unwrap());
+        let read = |f, off| futures::executor::block_on(engine.read(f, off, 4096)).unwrap();
+        read(fa, 0);
+        assert!(
+            engine.recorded_reads().is_empty(),
+            "nothing kept before recording"
+        );
+        assert!(engine.record_reads(8));
+        read(fb, 8192);
+        read(fa, 4096);
+        assert_eq!(
+            engine.recorded_reads(),
+            vec![(b.clone(), 8192, 4096), (a.clone(), 4096, 4096)]
+        );
+        read(fb, 0);
+        assert!(engine.record_reads(8));
+        assert!(
+            engine.recorded_reads().is_empty(),
+            "stopped, then started afresh"
+        );
+        assert!(
+            !engine.record_reads(16),
+            "the log's size is fixed once made"
+        );
     }
 
     #[test]
