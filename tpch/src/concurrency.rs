@@ -30,7 +30,7 @@ use crate::tables::TABLES;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One engine at one number of clients.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ConcurrencyPoint {
     /// "ooode" or "datafusion parquet".
     pub engine: String,
@@ -866,11 +866,14 @@ pub async fn run(
     })
 }
 
-/// The table of a report; `% fio64` is against fio measured beside the run where it was,
-/// else against `fio_qd64`.
+/// The table of a report; `% fio64` is against fio's random reads measured beside the run
+/// where it was, else against `fio_qd64`; `% replay` against fio replaying the run's own reads.
 pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
+    let share = |of: Option<f64>, iops: f64| {
+        of.map_or("n/a".into(), |f| format!("{:.0}", iops / f * 100.0))
+    };
     let mut out = format!(
-        "{:<20} {:<13} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>6}\n",
+        "{:<20} {:<13} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
         "engine",
         "workload",
         "clients",
@@ -880,11 +883,12 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
         "point p99",
         "dev IOPS",
         "% fio64",
+        "% replay",
         "CPU %"
     );
     for p in &r.points {
         out += &format!(
-            "{:<20} {:<13} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>6.0}\n",
+            "{:<20} {:<13} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>8} {:>6.0}\n",
             p.engine,
             p.workload,
             p.clients,
@@ -893,12 +897,8 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
             p.p99_ms,
             p.point_p99_ms,
             p.device_iops,
-            p.fio_qd64_beside
-                .or(fio_qd64)
-                .map_or("n/a".into(), |f| format!(
-                    "{:.0}",
-                    p.device_iops / f * 100.0
-                )),
+            share(p.fio_qd64_beside.or(fio_qd64), p.device_iops),
+            share(p.fio_replay_qd64, p.device_iops),
             p.cpu_percent
         );
     }
@@ -960,6 +960,41 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_gives_the_devices_share_of_fio_beside_and_of_the_replay() {
+        let point = |workload: &str, replay| ConcurrencyPoint {
+            engine: "ooode".into(),
+            workload: workload.into(),
+            clients: 64,
+            device_iops: 50_000.0,
+            fio_qd64_beside: Some(62_500.0),
+            fio_replay_qd64: replay,
+            ..Default::default()
+        };
+        let report = ConcurrencyReport {
+            points: vec![point("mixed", Some(71_430.0)), point("points alone", None)],
+            pool_bytes: 0,
+            data_bytes: 0,
+            compared: 0,
+            mismatches: vec![],
+        };
+        let table = format_report(&report, None);
+        let columns = |workload: &str| -> Vec<String> {
+            let line = table.lines().find(|l| l.contains(workload)).unwrap();
+            line.replace(workload, "w")
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        };
+        assert!(
+            table.lines().next().unwrap().contains("% fio64 % replay"),
+            "{table}"
+        );
+        // engine, workload, clients, q/s, p50, p99, point p99, dev IOPS, % fio64, % replay.
+        assert_eq!(columns("mixed")[8..10], ["80", "70"]);
+        assert_eq!(columns("points alone")[8..10], ["80", "n/a"]);
+    }
 
     #[test]
     fn used_reads_average_all_queries_and_points_apart() {

@@ -241,7 +241,8 @@ fn fig8_9(samples: &[ooode::io::Sample]) -> (String, String) {
 }
 
 /// Queries per second, p99 latency and device IOPS against the number of clients, ooode next to
-/// stock DataFusion (and fio at depth 64 on the IOPS plot).
+/// stock DataFusion (and on the IOPS plot fio at depth 64, its random reads and its replay of
+/// each run's own reads).
 fn concurrency_plots(
     r: &crate::concurrency::ConcurrencyReport,
     fio_qd64: Option<f64>,
@@ -274,6 +275,18 @@ fn concurrency_plots(
         iops.push(Series {
             name: "fio, depth 64".into(),
             points: xs.into_iter().map(|x| (x, f)).collect(),
+        });
+    }
+    let replayed: Vec<(f64, f64)> = r
+        .points
+        .iter()
+        .filter(|p| p.engine == "ooode" && p.workload == "mixed")
+        .filter_map(|p| p.fio_replay_qd64.map(|f| (p.clients as f64, f)))
+        .collect();
+    if !replayed.is_empty() {
+        iops.push(Series {
+            name: "fio replaying ooode's reads, depth 64".into(),
+            points: replayed,
         });
     }
     let mut latency = series(&|p| p.p99_ms);
