@@ -306,6 +306,8 @@ struct Run {
     results: HashMap<(usize, u64), Vec<String>>,
     /// The reads ooode's engines were asked for (file, offset, length), mixed runs only.
     recorded: Vec<(PathBuf, u64, usize)>,
+    /// The buffer pool's budget in force during the run (ooode's runs), in bytes.
+    pool_budget: Option<usize>,
 }
 
 /// Most reads of one run recorded for fio to replay (16 bytes each).
@@ -417,6 +419,8 @@ async fn run_point(
         query_rows(&contexts[0], &range_sql(1, 1)).await?;
         ooode_providers::ooode_runtime(&contexts[0]).pool().clear();
     }
+    let pool_budget = (engine == Engine::Ooode)
+        .then(|| ooode_providers::ooode_runtime(&contexts[0]).pool().budget());
     drop_os_cache();
     let heap = data.ooode_table("lineitem");
     // Reads, reads queued for the device, their time queued, their time until reaped
@@ -570,6 +574,7 @@ async fn run_point(
         },
         results,
         recorded,
+        pool_budget,
     })
 }
 
@@ -815,6 +820,7 @@ pub async fn run(
         }
     };
     let max_clients = clients.iter().copied().max().unwrap_or(0);
+    let mut pool_in_force = None;
     let engines: &[Engine] = match with_stock {
         true => &[Engine::Ooode, Engine::Parquet],
         false => &[Engine::Ooode],
@@ -823,6 +829,8 @@ pub async fn run(
         let mut runs = Vec::new();
         for &engine in engines {
             let run = run_beside_fio(data, engine, c, secs, &settings).await?;
+            // The settings given may replace the benchmark's own pool size: report the one in force.
+            pool_in_force = pool_in_force.or(run.pool_budget);
             print_run(&run.point);
             runs.push(run);
         }
@@ -859,7 +867,7 @@ pub async fn run(
     }
     Ok(ConcurrencyReport {
         points,
-        pool_bytes,
+        pool_bytes: pool_in_force.unwrap_or(pool_bytes),
         data_bytes,
         compared,
         mismatches,
