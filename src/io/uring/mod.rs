@@ -542,10 +542,15 @@ mod tests {
             vec![(b.clone(), 8192, 4096), (a.clone(), 4096, 4096)]
         );
         read(fb, 0);
+        assert_eq!(
+            engine.recorded_reads(),
+            vec![(b.clone(), 8192, 4096), (a.clone(), 4096, 4096)],
+            "taking the record stops it: a later read is not kept"
+        );
         assert!(engine.record_reads(8));
         assert!(
             engine.recorded_reads().is_empty(),
-            "stopped, then started afresh"
+            "a restart starts afresh"
         );
         assert!(
             !engine.record_reads(16),
