@@ -446,6 +446,7 @@ async fn settings_are_visible_and_take_effect() {
         "ooode.execution_mode",
         "ooode.index_cost_ratio",
         "ooode.index_join",
+        "ooode.long_queries_idle_priority",
         "ooode.max_long_queries",
         "ooode.max_outstanding_io",
         "ooode.max_outstanding_io_total",

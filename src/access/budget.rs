@@ -46,6 +46,16 @@ pub struct QueryIo {
     count_waits: AtomicU64,
 }
 
+impl Drop for QueryIo {
+    fn drop(&mut self) {
+        self.runtime.note_query(false);
+    }
+}
+
+/// How recently a short query must have started an operator task for long queries to run on
+/// the idle lane: a service's mix of short and long queries, not one user's queries in turn.
+const SHORT_QUERIES_RECENT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl QueryIo {
     /// A budget from the session settings: `max_outstanding_io` reads in flight out of order,
     /// one in order, within the runtime's cap.
@@ -54,6 +64,7 @@ impl QueryIo {
             ExecutionMode::InOrder => 1,
             ExecutionMode::OutOfOrder => config.max_outstanding_io.max(1),
         };
+        runtime.note_query(true);
         Arc::new(Self {
             mode: config.execution_mode,
             direct: config.direct_io,
@@ -86,11 +97,33 @@ impl QueryIo {
     /// when set and the query was estimated (its whole plan shares this budget, so its tasks
     /// share one slot) to read more than `ooode.short_query_reads` pages.
     fn long_slots(&self) -> Option<&LongQuerySlots> {
-        let long = self
-            .share
+        self.long_slots.as_deref().filter(|_| self.is_long())
+    }
+
+    /// Whether the query was estimated to read more than `ooode.short_query_reads` pages.
+    pub fn is_long(&self) -> bool {
+        self.share
             .estimated_reads()
-            .is_some_and(|reads| reads > self.short_query_reads);
-        self.long_slots.as_deref().filter(|_| long)
+            .is_some_and(|reads| reads > self.short_query_reads)
+    }
+
+    /// Where an operator task of the query about to start runs: on the runtime's idle lane
+    /// (see [`super::idle_lane`]) when `ooode.long_queries_idle_priority` is on, the query
+    /// is long, another query is live (planned and not dropped) and a short query started an
+    /// operator within the last seconds (a service's mix); None: on the caller's runtime.
+    pub fn operator_lane(&self) -> Option<&tokio::runtime::Handle> {
+        let rt = &self.runtime;
+        if !self.is_long() {
+            rt.note_short_start();
+            rt.note_operator_task(0);
+            return None;
+        }
+        let mixed = rt.live_queries() > 1 && rt.short_query_within(SHORT_QUERIES_RECENT);
+        let lane = (self.config.long_queries_idle_priority && mixed)
+            .then(|| rt.idle_lane())
+            .flatten();
+        rt.note_operator_task(if lane.is_some() { 2 } else { 1 });
+        Some(lane?.spawn_handle())
     }
 
     /// Waits for the query's turn among long queries (at once for others); an operator task

@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod idle_lane;
 pub mod index_only;
 pub mod merge;
 pub mod plan_time;
@@ -27,6 +28,6 @@ pub use admission::{Admission, AdmissionWaits, Permit};
 pub use budget::{QueryIo, Turn};
 pub use plan_time::{IndexRanges, PlanCounts, PlanReads, ReadAhead, ScanEstimate};
 pub use remote::RemoteTable;
-pub use runtime::OoodeRuntime;
+pub use runtime::{OoodeRuntime, OperatorTasks};
 pub use steps::{HeldPage, StepCtx, to_df};
 pub use table_io::{CachedNode, Counters, FileKeys, TableIo};

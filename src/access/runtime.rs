@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use datafusion::execution::memory_pool::{
     MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
@@ -26,6 +26,7 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use parking_lot::Mutex;
 
 use super::admission::Admission;
+use super::idle_lane::IdleLane;
 use super::remote::RemoteTable;
 use super::slots::LongQuerySlots;
 use super::table_io::{FileKeys, TableIo};
@@ -64,6 +65,30 @@ pub struct OoodeRuntime {
     /// Turns of long queries (`ooode.max_long_queries`; None: no limit). Queries keep the
     /// slots they were planned with when the setting changes.
     long_slots: Mutex<Option<Arc<LongQuerySlots>>>,
+    /// Threads at idle priority for long queries' operators, started when first wanted
+    /// (None: they could not be started).
+    idle_lane: OnceLock<Option<IdleLane>>,
+    /// Queries planned and not dropped yet.
+    live_queries: AtomicUsize,
+    /// When an operator task of a query not estimated long last started: nanoseconds
+    /// after `created` (0: never).
+    last_short_start: AtomicU64,
+    created: std::time::Instant,
+    /// Operator tasks started: of short queries, of long ones on the caller's runtime, of
+    /// long ones on the idle lane.
+    operator_tasks: [AtomicU64; 3],
+}
+
+/// Operator tasks a runtime's queries started, by where they ran (see
+/// [`QueryIo::operator_lane`](super::QueryIo::operator_lane)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OperatorTasks {
+    /// Of queries not estimated long, on the caller's runtime.
+    pub short: u64,
+    /// Of long queries, on the caller's runtime (alone, or the idle lane off).
+    pub long_on_caller: u64,
+    /// Of long queries, on the idle lane.
+    pub long_on_idle_lane: u64,
 }
 
 /// Raises the soft limit of open files to the hard limit, once per process: engines keep
@@ -154,6 +179,11 @@ impl OoodeRuntime {
             disk_cache: Mutex::new(None),
             applied: Mutex::new(None),
             long_slots: Mutex::new(LongQuerySlots::for_setting(defaults.max_long_queries)),
+            idle_lane: OnceLock::new(),
+            live_queries: AtomicUsize::new(0),
+            last_short_start: AtomicU64::new(0),
+            created: std::time::Instant::now(),
+            operator_tasks: Default::default(),
         }
     }
 
@@ -237,6 +267,70 @@ impl OoodeRuntime {
     /// Slots of long queries, if limited.
     pub fn long_slots(&self) -> Option<Arc<LongQuerySlots>> {
         self.long_slots.lock().clone()
+    }
+
+    /// The idle lane, started on first use with a thread per core (None if it could not
+    /// be started: long queries then run on the caller's runtime).
+    pub fn idle_lane(&self) -> Option<&IdleLane> {
+        self.idle_lane
+            .get_or_init(|| {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                IdleLane::start(cores)
+                    .inspect_err(|e| log::warn!("ooode: no idle lane for long queries: {e}"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// The idle lane if it was started.
+    pub fn started_idle_lane(&self) -> Option<&IdleLane> {
+        self.idle_lane.get()?.as_ref()
+    }
+
+    /// Queries planned on the runtime and not dropped yet.
+    pub fn live_queries(&self) -> usize {
+        self.live_queries.load(Relaxed)
+    }
+
+    /// Counts a query planned (`true`) or dropped.
+    pub(crate) fn note_query(&self, planned: bool) {
+        match planned {
+            true => self.live_queries.fetch_add(1, Relaxed),
+            false => self.live_queries.fetch_sub(1, Relaxed),
+        };
+    }
+
+    /// Notes that an operator task of a query not estimated long starts now.
+    pub(crate) fn note_short_start(&self) {
+        let nanos = self.created.elapsed().as_nanos().max(1) as u64;
+        self.last_short_start.store(nanos, Relaxed);
+    }
+
+    /// Whether an operator task of a short query started within the last `window`.
+    pub fn short_query_within(&self, window: std::time::Duration) -> bool {
+        match self.last_short_start.load(Relaxed) {
+            0 => false,
+            nanos => {
+                let since = self.created.elapsed().as_nanos() as u64;
+                since.saturating_sub(nanos) <= window.as_nanos() as u64
+            }
+        }
+    }
+
+    /// Operator tasks started so far, by where they ran.
+    pub fn operator_tasks(&self) -> OperatorTasks {
+        let [short, caller, lane] = &self.operator_tasks;
+        OperatorTasks {
+            short: short.load(Relaxed),
+            long_on_caller: caller.load(Relaxed),
+            long_on_idle_lane: lane.load(Relaxed),
+        }
+    }
+
+    /// Counts an operator task started: 0 of a short query, 1 of a long one on the caller's
+    /// runtime, 2 of a long one on the idle lane.
+    pub(crate) fn note_operator_task(&self, kind: usize) {
+        self.operator_tasks[kind].fetch_add(1, Relaxed);
     }
 
     /// Page buffers freed for reuse.

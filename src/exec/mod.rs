@@ -99,7 +99,12 @@ where
         datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder::new(schema, 4);
     let tx = builder.tx();
     let turn = query.turn();
-    builder.spawn(partition_task(query, turn, move |turn| work(tx, turn)));
+    let lane = query.operator_lane().cloned();
+    let task = partition_task(query, turn, move |turn| work(tx, turn));
+    match lane {
+        Some(lane) => builder.spawn_on(task, &lane),
+        None => builder.spawn(task),
+    }
     builder.build()
 }
 

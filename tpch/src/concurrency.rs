@@ -100,6 +100,9 @@ pub struct ConcurrencyPoint {
     pub point_tail: Option<PointTail>,
     /// How deep ooode kept the device: reads in flight and permits held (ooode only).
     pub depth: Option<Depth>,
+    /// ooode's operator tasks of the run, by where they ran: long queries' on the idle lane
+    /// (`ooode.long_queries_idle_priority`) or on the clients' runtime (ooode only).
+    pub operator_tasks: Option<ooode::access::OperatorTasks>,
 }
 
 /// Means over the slowest 5 % of the point lookups of one run, milliseconds: where a point's
@@ -452,6 +455,11 @@ async fn run_point(
             e.record_reads(RECORDED_READS);
         }
     }
+    let operator_tasks = || {
+        (engine == Engine::Ooode)
+            .then(|| ooode_providers::ooode_runtime(&contexts[0]).operator_tasks())
+    };
+    let tasks0 = operator_tasks();
     let (dev0, cpu0, reads0) = (DiskCounters::of(&heap), process_cpu_time(), ooode_reads());
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
@@ -525,6 +533,13 @@ async fn run_point(
         _ => None,
     };
     let engine_iops = engine_reads.map(|(reads, ..)| reads as f64 / elapsed);
+    let operator_tasks = tasks0
+        .zip(operator_tasks())
+        .map(|(a, b)| ooode::access::OperatorTasks {
+            short: b.short - a.short,
+            long_on_caller: b.long_on_caller - a.long_on_caller,
+            long_on_idle_lane: b.long_on_idle_lane - a.long_on_idle_lane,
+        });
     let device_queued_share =
         engine_reads.map(|(reads, queued, ..)| queued as f64 / reads.max(1) as f64);
     let device_queue_ms =
@@ -571,6 +586,7 @@ async fn run_point(
                 Engine::Parquet => None,
             },
             depth,
+            operator_tasks,
         },
         results,
         recorded,
@@ -731,6 +747,13 @@ fn print_run(p: &ConcurrencyPoint) {
             "{:<20} {c:>3} clients: in the kernel {depth:.0} I/Os on average, {ms:.2} ms a read \
              (I/O scheduler's queue and device)",
             ""
+        );
+    }
+    if let Some(t) = p.operator_tasks {
+        eprintln!(
+            "{:<20} {c:>3} clients: operator tasks: {} of short queries, of long ones {} on the \
+             idle lane and {} on the clients' runtime",
+            "", t.short, t.long_on_idle_lane, t.long_on_caller
         );
     }
     if let (Some(reaped), Some(used)) = (p.reaped_read_ms, p.used_read_ms) {

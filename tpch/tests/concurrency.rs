@@ -440,3 +440,105 @@ async fn a_long_query_in_order_takes_no_turn() {
     drop(held);
     assert_eq!(slots.free(), 1);
 }
+
+/// Beside a short query, a long query's operators run on the runtime's idle lane, whose
+/// threads the kernel schedules at idle priority; alone (even right after a short query), or
+/// with the setting off, they run on the caller's runtime. Results are the same everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_queries_run_at_idle_priority_beside_short_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = load(dir.path());
+    let env = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let ctx = session(&env);
+    register(&ctx, &data).await;
+    let stock = stock(&data).await;
+    for s in [
+        "SET ooode.index_join = 'always'",
+        // The Fig. 4 chain over one customer reads a few pages; over 150 many more.
+        "SET ooode.short_query_reads = 100",
+    ] {
+        run_sql(&ctx, s).await.unwrap();
+    }
+    let runtime = ooode_providers::ooode_runtime(&ctx);
+    let (long_sql, point_sql) = (fig4_sql(150), fig4_sql(1));
+    let lane_tasks = || runtime.started_idle_lane().map_or(0, |l| l.tasks());
+
+    // Alone: the caller's runtime.
+    let want = query_rows(&stock, &long_sql).await.unwrap();
+    let (plan, query) = index_plan(&ctx, &long_sql).await;
+    assert!(
+        query.is_long(),
+        "estimated {:?}",
+        query.share().estimated_reads()
+    );
+    let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx())
+        .await
+        .unwrap();
+    assert_eq!(ooode_tpch::runner::sorted_rows(&batches).unwrap(), want);
+    assert_eq!(runtime.live_queries(), 1);
+    assert_eq!(lane_tasks(), 0, "a long query alone ran on the idle lane");
+    drop(query);
+    assert_eq!(runtime.live_queries(), 0);
+
+    // A short query running (its stream started, not read to the end).
+    let (point_plan, point) = index_plan(&ctx, &point_sql).await;
+    assert!(
+        !point.is_long(),
+        "estimated {:?}",
+        point.share().estimated_reads()
+    );
+    let point_stream = execute_stream(point_plan.clone(), ctx.task_ctx()).unwrap();
+    // Its partitions may start in tasks of their own.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !runtime.short_query_within(Duration::from_secs(1)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(runtime.short_query_within(Duration::from_secs(1)));
+    let rows = tokio::time::timeout(Duration::from_secs(60), query_rows(&ctx, &long_sql))
+        .await
+        .expect("the long query finished on the idle lane")
+        .unwrap();
+    assert_eq!(rows, want);
+    let lane = runtime.started_idle_lane().expect("the lane started");
+    assert!(
+        lane.tasks() > 0,
+        "the long query's operators ran on the lane"
+    );
+    let (idle, threads) = lane.threads_at_idle_priority();
+    assert!(
+        threads > 0 && idle == threads,
+        "{idle} of {threads} at idle priority"
+    );
+
+    // The setting off: the caller's runtime again.
+    run_sql(&ctx, "SET ooode.long_queries_idle_priority = false")
+        .await
+        .unwrap();
+    let before = lane_tasks();
+    assert_eq!(query_rows(&ctx, &long_sql).await.unwrap(), want);
+    assert_eq!(
+        lane_tasks(),
+        before,
+        "the setting off, yet the lane ran operators"
+    );
+
+    // The short query finishes right. Dropped, a long query right after it runs alone.
+    let batches: Vec<_> = point_stream.map(|b| b.unwrap()).collect().await;
+    assert_eq!(
+        ooode_tpch::runner::sorted_rows(&batches).unwrap(),
+        query_rows(&stock, &point_sql).await.unwrap()
+    );
+    drop((point_plan, point));
+    run_sql(&ctx, "SET ooode.long_queries_idle_priority = true")
+        .await
+        .unwrap();
+    let before = lane_tasks();
+    assert_eq!(query_rows(&ctx, &long_sql).await.unwrap(), want);
+    assert!(runtime.short_query_within(Duration::from_secs(1)));
+    assert_eq!(
+        lane_tasks(),
+        before,
+        "alone after a short query, yet on the lane"
+    );
+    assert_eq!(runtime.live_queries(), 0);
+}
