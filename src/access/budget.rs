@@ -6,7 +6,7 @@
 //! order), and the counters of all its reads.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::admission::{Acquire, AdmissionWaits, Permit, Share};
 use super::runtime::OoodeRuntime;
@@ -44,11 +44,19 @@ pub struct QueryIo {
     own_counts: AtomicU64,
     /// Range counts started in `scan` that the optimizer rule waited for, blocking its thread.
     count_waits: AtomicU64,
+    /// Output streams of the query's operators open now (see [`OpenStream`]).
+    open_streams: AtomicUsize,
 }
 
-impl Drop for QueryIo {
+/// An open output stream of a query's operator (see [`QueryIo::open_stream`]).
+#[derive(Debug)]
+pub struct OpenStream(Arc<QueryIo>);
+
+impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.runtime.note_query(false);
+        if self.0.open_streams.fetch_sub(1, Relaxed) == 1 {
+            self.0.runtime.note_executing(false);
+        }
     }
 }
 
@@ -64,7 +72,6 @@ impl QueryIo {
             ExecutionMode::InOrder => 1,
             ExecutionMode::OutOfOrder => config.max_outstanding_io.max(1),
         };
-        runtime.note_query(true);
         Arc::new(Self {
             mode: config.execution_mode,
             direct: config.direct_io,
@@ -79,6 +86,7 @@ impl QueryIo {
             work_done: AtomicU64::new(0),
             own_counts: AtomicU64::new(0),
             count_waits: AtomicU64::new(0),
+            open_streams: AtomicUsize::new(0),
             config: config.clone(),
         })
     }
@@ -107,10 +115,20 @@ impl QueryIo {
             .is_some_and(|reads| reads > self.short_query_reads)
     }
 
+    /// Counts an output stream of one of the query's operators as open until the returned
+    /// guard drops (the stream's consumer holds it): the query is executing meanwhile.
+    pub fn open_stream(self: &Arc<Self>) -> OpenStream {
+        if self.open_streams.fetch_add(1, Relaxed) == 0 {
+            self.runtime.note_executing(true);
+        }
+        OpenStream(self.clone())
+    }
+
     /// Where an operator task of the query about to start runs: on the runtime's idle lane
     /// (see [`super::idle_lane`]) when `ooode.long_queries_idle_priority` is on, the query
-    /// is long, another query is live (planned and not dropped) and a short query started an
-    /// operator within the last seconds (a service's mix); None: on the caller's runtime.
+    /// is long, another query is executing (see [`Self::open_stream`]) and a short query
+    /// started an operator within the last seconds (a service's mix); None: on the caller's
+    /// runtime.
     pub fn operator_lane(&self) -> Option<&tokio::runtime::Handle> {
         let rt = &self.runtime;
         if !self.is_long() {
@@ -118,7 +136,8 @@ impl QueryIo {
             rt.note_operator_task(0);
             return None;
         }
-        let mixed = rt.live_queries() > 1 && rt.short_query_within(SHORT_QUERIES_RECENT);
+        let others = rt.executing_queries() > usize::from(self.open_streams.load(Relaxed) > 0);
+        let mixed = others && rt.short_query_within(SHORT_QUERIES_RECENT);
         let lane = (self.config.long_queries_idle_priority && mixed)
             .then(|| rt.idle_lane())
             .flatten();

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   operator task of a query ──> short, or alone, or no short query lately ──> caller's runtime
-//!        └─ long, another query live, a short one started within 5 s ──> the idle lane
+//!        └─ long, another query executing, a short one started within 5 s ──> the idle lane
 //!           (a tokio runtime whose threads are SCHED_IDLE)
 //! ```
 //!

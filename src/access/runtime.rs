@@ -68,8 +68,8 @@ pub struct OoodeRuntime {
     /// Threads at idle priority for long queries' operators, started when first wanted
     /// (None: they could not be started).
     idle_lane: OnceLock<Option<IdleLane>>,
-    /// Queries planned and not dropped yet.
-    live_queries: AtomicUsize,
+    /// Queries with an operator's output stream open.
+    executing_queries: AtomicUsize,
     /// When an operator task of a query not estimated long last started: nanoseconds
     /// after `created` (0: never).
     last_short_start: AtomicU64,
@@ -180,7 +180,7 @@ impl OoodeRuntime {
             applied: Mutex::new(None),
             long_slots: Mutex::new(LongQuerySlots::for_setting(defaults.max_long_queries)),
             idle_lane: OnceLock::new(),
-            live_queries: AtomicUsize::new(0),
+            executing_queries: AtomicUsize::new(0),
             last_short_start: AtomicU64::new(0),
             created: std::time::Instant::now(),
             operator_tasks: Default::default(),
@@ -287,16 +287,17 @@ impl OoodeRuntime {
         self.idle_lane.get()?.as_ref()
     }
 
-    /// Queries planned on the runtime and not dropped yet.
-    pub fn live_queries(&self) -> usize {
-        self.live_queries.load(Relaxed)
+    /// Queries executing now: with an ooode operator's output stream open (from its first
+    /// `execute` until its consumer drops the last one).
+    pub fn executing_queries(&self) -> usize {
+        self.executing_queries.load(Relaxed)
     }
 
-    /// Counts a query planned (`true`) or dropped.
-    pub(crate) fn note_query(&self, planned: bool) {
-        match planned {
-            true => self.live_queries.fetch_add(1, Relaxed),
-            false => self.live_queries.fetch_sub(1, Relaxed),
+    /// Counts a query that starts (`true`) or stops executing.
+    pub(crate) fn note_executing(&self, started: bool) {
+        match started {
+            true => self.executing_queries.fetch_add(1, Relaxed),
+            false => self.executing_queries.fetch_sub(1, Relaxed),
         };
     }
 

@@ -86,14 +86,20 @@ where
     F: std::future::Future<Output = datafusion::common::Result<()>> + Send + 'static,
 {
     use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    // Counted before the lane is chosen: this query is executing from here on.
+    let open = query.open_stream();
     if inline {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let turn = crate::access::Turn::none();
         let task = partition_task(query, turn, move |turn| work(tx, turn));
-        return Box::pin(RecordBatchStreamAdapter::new(
+        let stream = Box::pin(RecordBatchStreamAdapter::new(
             schema,
             inline::Inline::new(rx, Box::pin(task)),
         ));
+        return Box::pin(Executing {
+            stream,
+            _open: open,
+        });
     }
     let mut builder =
         datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder::new(schema, 4);
@@ -105,7 +111,39 @@ where
         Some(lane) => builder.spawn_on(task, &lane),
         None => builder.spawn(task),
     }
-    builder.build()
+    Box::pin(Executing {
+        stream: builder.build(),
+        _open: open,
+    })
+}
+
+/// A node's output stream that counts its query as executing until the consumer drops it
+/// (a prompt end on the consumer's side, where the node's task may end later on another
+/// runtime: see [`crate::access::QueryIo::operator_lane`]).
+struct Executing {
+    stream: datafusion::physical_plan::SendableRecordBatchStream,
+    _open: crate::access::OpenStream,
+}
+
+impl futures::Stream for Executing {
+    type Item = datafusion::common::Result<arrow::array::RecordBatch>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.stream.as_mut().poll_next(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.stream.size_hint()
+    }
+}
+
+impl datafusion::physical_plan::RecordBatchStream for Executing {
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        self.stream.schema()
+    }
 }
 
 /// Where a node's work sends its output batches.

@@ -249,6 +249,16 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
     );
 }
 
+/// The plan's topmost index join or index scan.
+fn top_index_node(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    if plan.downcast_ref::<IndexJoinExec>().is_some()
+        || plan.downcast_ref::<IndexScanExec>().is_some()
+    {
+        return Some(plan.clone());
+    }
+    plan.children().into_iter().find_map(top_index_node)
+}
+
 fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
     if let Some(j) = plan.downcast_ref::<IndexJoinExec>() {
         return Some(j.query().clone());
@@ -441,9 +451,10 @@ async fn a_long_query_in_order_takes_no_turn() {
     assert_eq!(slots.free(), 1);
 }
 
-/// Beside a short query, a long query's operators run on the runtime's idle lane, whose
-/// threads the kernel schedules at idle priority; alone (even right after a short query), or
-/// with the setting off, they run on the caller's runtime. Results are the same everywhere.
+/// Beside a short query executing, a long query's operators run on the runtime's idle lane,
+/// whose threads the kernel schedules at idle priority; alone (even right after a short query
+/// and with its plan still held), or with the setting off, they run on the caller's runtime.
+/// Results are the same everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_queries_run_at_idle_priority_beside_short_ones() {
     let dir = tempfile::tempdir().unwrap();
@@ -475,25 +486,26 @@ async fn long_queries_run_at_idle_priority_beside_short_ones() {
         .await
         .unwrap();
     assert_eq!(ooode_tpch::runner::sorted_rows(&batches).unwrap(), want);
-    assert_eq!(runtime.live_queries(), 1);
     assert_eq!(lane_tasks(), 0, "a long query alone ran on the idle lane");
+    assert_eq!(runtime.executing_queries(), 0, "its streams are dropped");
     drop(query);
-    assert_eq!(runtime.live_queries(), 0);
 
-    // A short query running (its stream started, not read to the end).
+    // A short query executing.
     let (point_plan, point) = index_plan(&ctx, &point_sql).await;
     assert!(
         !point.is_long(),
         "estimated {:?}",
         point.share().estimated_reads()
     );
-    let point_stream = execute_stream(point_plan.clone(), ctx.task_ctx()).unwrap();
-    // Its partitions may start in tasks of their own.
+    // Its top index node's output, opened and not read yet: the query is executing.
+    let point_node = top_index_node(&point_plan).unwrap();
+    let point_stream = point_node.execute(0, ctx.task_ctx()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !runtime.short_query_within(Duration::from_secs(1)) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(runtime.short_query_within(Duration::from_secs(1)));
+    assert_eq!(runtime.executing_queries(), 1, "the short query executes");
     let rows = tokio::time::timeout(Duration::from_secs(60), query_rows(&ctx, &long_sql))
         .await
         .expect("the long query finished on the idle lane")
@@ -522,13 +534,19 @@ async fn long_queries_run_at_idle_priority_beside_short_ones() {
         "the setting off, yet the lane ran operators"
     );
 
-    // The short query finishes right. Dropped, a long query right after it runs alone.
-    let batches: Vec<_> = point_stream.map(|b| b.unwrap()).collect().await;
+    // The short query's node gives its rows; dropped, a long query right after runs alone.
+    let rows: usize = point_stream
+        .map(|b| b.unwrap().num_rows())
+        .collect::<Vec<_>>()
+        .await
+        .iter()
+        .sum();
+    assert!(rows > 0, "the point's customer has orders");
     assert_eq!(
-        ooode_tpch::runner::sorted_rows(&batches).unwrap(),
+        query_rows(&ctx, &point_sql).await.unwrap(),
         query_rows(&stock, &point_sql).await.unwrap()
     );
-    drop((point_plan, point));
+    // Its plan is still held: planned, not executing.
     run_sql(&ctx, "SET ooode.long_queries_idle_priority = true")
         .await
         .unwrap();
@@ -540,5 +558,6 @@ async fn long_queries_run_at_idle_priority_beside_short_ones() {
         before,
         "alone after a short query, yet on the lane"
     );
-    assert_eq!(runtime.live_queries(), 0);
+    assert_eq!(runtime.executing_queries(), 0);
+    drop((point_plan, point));
 }
