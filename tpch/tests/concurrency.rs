@@ -8,7 +8,8 @@
 //! - A query cancelled while its reads are in flight (cold pool, the query's in-flight gauge
 //!   above zero when its stream is dropped) leaves nothing behind: every gauge back to zero,
 //!   every permit returned, no loading entry in the pool, no memory reserved; the next query
-//!   runs.
+//!   runs. Also with its operators on the idle lane (a short query executing beside it).
+//! - Long queries run on the idle lane beside short ones, and only then.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -300,8 +301,21 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
     let sql =
         "SELECT * FROM orders JOIN lineitem ON o_orderkey = l_orderkey WHERE o_custkey < 1000";
     let want = query_rows(&stock(&data).await, sql).await.unwrap();
-    for round in 0..3 {
+    // The last rounds beside a short query executing: the long one runs on the idle lane.
+    let mut short = None;
+    for round in 0..5 {
         runtime.pool().clear();
+        if round == 3 {
+            let (point_plan, _) = index_plan(&ctx, &fig4_sql(1)).await;
+            let node = top_index_node(&point_plan).unwrap();
+            short = Some((node.execute(0, ctx.task_ctx()).unwrap(), point_plan));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !runtime.short_query_within(Duration::from_secs(5)) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let lane_tasks = || runtime.started_idle_lane().map_or(0, |l| l.tasks());
+        let lane_before = lane_tasks();
         let (plan, query) = index_plan(&ctx, sql).await;
         let mut stream = execute_stream(plan, ctx.task_ctx()).unwrap();
         // Take batches until reads are in flight at the moment of cancelling.
@@ -315,6 +329,11 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
             }
         }
         assert!(in_flight > 0, "round {round}: never saw a read in flight");
+        assert_eq!(
+            lane_tasks() > lane_before,
+            short.is_some(),
+            "round {round}: on the idle lane only beside the short query"
+        );
         drop(stream);
         let deadline = Instant::now() + Duration::from_secs(10);
         let engines = runtime.engines();
@@ -328,6 +347,7 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
                     .iter()
                     .all(|e| e.metrics().snapshot().in_flight == 0)
                 && pool.reserved() as u64 == runtime.pool().stats().reserved_bytes
+                && runtime.executing_queries() == usize::from(short.is_some())
         };
         while !idle() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -349,9 +369,11 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
             runtime.pool().stats()
         );
     }
+    drop(short);
     // The next query runs, and right.
     runtime.pool().clear();
     assert_eq!(query_rows(&ctx, sql).await.unwrap(), want);
+    assert_eq!(runtime.executing_queries(), 0);
 }
 
 /// Stock DataFusion and an ooode session over the data loaded in `dir`: index joins always,
