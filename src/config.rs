@@ -179,9 +179,10 @@ pub struct OoodeConfig {
     pub max_long_queries: usize,
     /// Queries estimated to read at most this many pages never wait for a turn.
     pub short_query_reads: u64,
-    /// While a short query runs, the operators of queries estimated to read more than
-    /// `short_query_reads` pages run on threads of ooode's own at the OS's idle priority,
-    /// so that short queries' work takes the cores first. See `access::idle_lane`.
+    /// Beside short queries (another query executing, a short one started within the last
+    /// 5 s), the operators of queries estimated to read more than `short_query_reads` pages
+    /// run on threads of ooode's own at the OS's idle priority, so that short queries' work
+    /// takes the cores first. See `access::idle_lane`.
     pub long_queries_idle_priority: bool,
     /// Index plans are used in `auto` when their estimated page reads are below this
     /// fraction of the pages a full scan reads.
@@ -358,10 +359,10 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "long_queries_idle_priority",
-        description: "While a short query runs, operators of queries estimated to read more \
-                      than short_query_reads pages run on ooode's own threads at the OS's \
-                      idle priority, so short queries' work takes the cores first (default \
-                      true)",
+        description: "Beside short queries (another query executing and a short one started \
+                      within 5 s), operators of queries estimated to read more than \
+                      short_query_reads pages run on ooode's own threads at the OS's idle \
+                      priority, so short queries' work takes the cores first (default true)",
         show: |c| c.long_queries_idle_priority.to_string(),
         set: |c, v| {
             c.long_queries_idle_priority = parse_bool(v)?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::admission::{Acquire, AdmissionWaits, Permit, Share};
-use super::runtime::OoodeRuntime;
+use super::runtime::{OoodeRuntime, TaskPlace};
 use super::slots::{LongQuerySlots, QuerySlot, RunningTask};
 use super::table_io::Counters;
 use crate::config::{ExecutionMode, OoodeConfig};
@@ -133,7 +133,7 @@ impl QueryIo {
         let rt = &self.runtime;
         if !self.is_long() {
             rt.note_short_start();
-            rt.note_operator_task(0);
+            rt.note_operator_task(TaskPlace::Short);
             return None;
         }
         let others = rt.executing_queries() > usize::from(self.open_streams.load(Relaxed) > 0);
@@ -141,8 +141,11 @@ impl QueryIo {
         let lane = (self.config.long_queries_idle_priority && mixed)
             .then(|| rt.idle_lane())
             .flatten();
-        rt.note_operator_task(if lane.is_some() { 2 } else { 1 });
-        Some(lane?.spawn_handle())
+        rt.note_operator_task(match lane {
+            Some(_) => TaskPlace::LongOnIdleLane,
+            None => TaskPlace::LongOnCaller,
+        });
+        Some(lane?.handle())
     }
 
     /// Waits for the query's turn among long queries (at once for others); an operator task

@@ -19,7 +19,6 @@
 //! cost a hot Fig. 4 query at 1 % of customers 40 % (28 ms against 20).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 use tokio::runtime::{Builder, Handle, Runtime};
@@ -31,8 +30,6 @@ pub struct IdleLane {
     runtime: Option<Runtime>,
     /// The kernel's thread ids of the workers.
     threads: Arc<Mutex<Vec<libc::pid_t>>>,
-    /// Operator tasks spawned on it.
-    tasks: AtomicU64,
 }
 
 impl IdleLane {
@@ -62,22 +59,15 @@ impl IdleLane {
         Ok(Self {
             runtime: Some(runtime),
             threads: tids,
-            tasks: AtomicU64::new(0),
         })
     }
 
-    /// Where to spawn an operator task on the lane; counts it.
-    pub fn spawn_handle(&self) -> &Handle {
-        self.tasks.fetch_add(1, Relaxed);
+    /// Where to spawn tasks on the lane.
+    pub fn handle(&self) -> &Handle {
         self.runtime
             .as_ref()
             .expect("runtime until dropped")
             .handle()
-    }
-
-    /// Operator tasks spawned on the lane so far.
-    pub fn tasks(&self) -> u64 {
-        self.tasks.load(Relaxed)
     }
 
     /// Of the lane's worker threads started so far, those the kernel schedules at idle
@@ -110,7 +100,7 @@ mod tests {
     #[test]
     fn its_workers_run_at_idle_priority() {
         let lane = IdleLane::start(2).unwrap();
-        let handle = lane.spawn_handle().clone();
+        let handle = lane.handle().clone();
         // Both workers run a task (a worker is started before it runs one).
         let (tx, rx) = std::sync::mpsc::channel();
         for _ in 0..2 {
@@ -130,13 +120,12 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert_eq!(lane.threads_at_idle_priority(), (2, 2));
-        assert_eq!(lane.tasks(), 1);
     }
 
     #[tokio::test]
     async fn dropping_it_inside_a_task_does_not_panic() {
         let lane = IdleLane::start(1).unwrap();
-        let running = lane.spawn_handle().spawn(async { 7 });
+        let running = lane.handle().spawn(async { 7 });
         assert_eq!(running.await.unwrap(), 7);
         drop(lane);
     }

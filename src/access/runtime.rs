@@ -79,6 +79,14 @@ pub struct OoodeRuntime {
     operator_tasks: [AtomicU64; 3],
 }
 
+/// Where an operator task ran (the index of its count in `OoodeRuntime::operator_tasks`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TaskPlace {
+    Short = 0,
+    LongOnCaller = 1,
+    LongOnIdleLane = 2,
+}
+
 /// Operator tasks a runtime's queries started, by where they ran (see
 /// [`QueryIo::operator_lane`](super::QueryIo::operator_lane)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -328,10 +336,9 @@ impl OoodeRuntime {
         }
     }
 
-    /// Counts an operator task started: 0 of a short query, 1 of a long one on the caller's
-    /// runtime, 2 of a long one on the idle lane.
-    pub(crate) fn note_operator_task(&self, kind: usize) {
-        self.operator_tasks[kind].fetch_add(1, Relaxed);
+    /// Counts an operator task started at `place`.
+    pub(crate) fn note_operator_task(&self, place: TaskPlace) {
+        self.operator_tasks[place as usize].fetch_add(1, Relaxed);
     }
 
     /// Page buffers freed for reuse.

@@ -314,7 +314,7 @@ async fn cancelling_with_reads_in_flight_leaves_nothing_behind() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
-        let lane_tasks = || runtime.started_idle_lane().map_or(0, |l| l.tasks());
+        let lane_tasks = || runtime.operator_tasks().long_on_idle_lane;
         let lane_before = lane_tasks();
         let (plan, query) = index_plan(&ctx, sql).await;
         let mut stream = execute_stream(plan, ctx.task_ctx()).unwrap();
@@ -494,7 +494,7 @@ async fn long_queries_run_at_idle_priority_beside_short_ones() {
     }
     let runtime = ooode_providers::ooode_runtime(&ctx);
     let (long_sql, point_sql) = (fig4_sql(150), fig4_sql(1));
-    let lane_tasks = || runtime.started_idle_lane().map_or(0, |l| l.tasks());
+    let lane_tasks = || runtime.operator_tasks().long_on_idle_lane;
 
     // Alone: the caller's runtime.
     let want = query_rows(&stock, &long_sql).await.unwrap();
@@ -535,7 +535,7 @@ async fn long_queries_run_at_idle_priority_beside_short_ones() {
     assert_eq!(rows, want);
     let lane = runtime.started_idle_lane().expect("the lane started");
     assert!(
-        lane.tasks() > 0,
+        lane_tasks() > 0,
         "the long query's operators ran on the lane"
     );
     let (idle, threads) = lane.threads_at_idle_priority();
