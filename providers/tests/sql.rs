@@ -450,6 +450,7 @@ async fn settings_are_visible_and_take_effect() {
         "ooode.max_long_queries",
         "ooode.max_outstanding_io",
         "ooode.max_outstanding_io_total",
+        "ooode.short_query_io_reserve_percent",
         "ooode.short_query_reads",
     ] {
         assert!(listed.contains(name), "{name} missing from\n{listed}");
@@ -462,6 +463,11 @@ async fn settings_are_visible_and_take_effect() {
         err.contains("ooode.buffer_pool_bytes") && err.contains("lots"),
         "{err}"
     );
+    let err = sql(&ctx, "SET ooode.short_query_io_reserve_percent = 95")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("from 0 to 90"), "{err}");
 
     sql(
         &ctx,

@@ -32,8 +32,6 @@ pub struct QueryIo {
     /// (0: none yet).
     created: std::time::Instant,
     work_done: AtomicU64,
-    /// `ooode.short_query_reads` of the session that planned it.
-    short_query_reads: u64,
     /// Turns of long queries when the query was planned (`ooode.max_long_queries`), and
     /// its slot among them.
     long_slots: Option<Arc<LongQuerySlots>>,
@@ -76,10 +74,9 @@ impl QueryIo {
             mode: config.execution_mode,
             direct: config.direct_io,
             metrics: IoMetrics::new(),
-            share: runtime.admission().share(limit),
+            share: runtime.admission().share(limit, config.short_query_reads),
             runtime: runtime.clone(),
             overlapped: AtomicU64::new(0),
-            short_query_reads: config.short_query_reads,
             long_slots: runtime.long_slots(),
             slot: Arc::default(),
             created: std::time::Instant::now(),
@@ -110,9 +107,7 @@ impl QueryIo {
 
     /// Whether the query was estimated to read more than `ooode.short_query_reads` pages.
     pub fn is_long(&self) -> bool {
-        self.share
-            .estimated_reads()
-            .is_some_and(|reads| reads > self.short_query_reads)
+        self.share.is_long()
     }
 
     /// Counts an output stream of one of the query's operators as open until the returned

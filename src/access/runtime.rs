@@ -144,6 +144,11 @@ impl PoolMemory for ReservedMemory {
     }
 }
 
+/// The permits of the runtime's cap that long queries leave free under `config`.
+fn short_query_reserve(config: &OoodeConfig) -> usize {
+    config.max_outstanding_io_total * config.short_query_io_reserve_percent / 100
+}
+
 impl OoodeRuntime {
     /// The runtime of `env` (made on first use).
     pub fn for_env(env: &Arc<RuntimeEnv>) -> Arc<OoodeRuntime> {
@@ -177,7 +182,11 @@ impl OoodeRuntime {
         Self {
             pool,
             recycler: Recycler::new(budget),
-            admission: Admission::new(defaults.max_outstanding_io_total),
+            admission: {
+                let admission = Admission::new(defaults.max_outstanding_io_total);
+                admission.set_reserve(short_query_reserve(&defaults));
+                admission
+            },
             device_queue_depth: AtomicUsize::new(defaults.device_queue_depth),
             in_order_poll_us: AtomicU64::new(defaults.in_order_poll_us),
             memory,
@@ -213,6 +222,7 @@ impl OoodeRuntime {
     /// Applies the runtime-wide settings of `config` (pool budget, cap on reads in flight).
     pub fn configure(&self, config: &OoodeConfig) {
         self.admission.set_cap(config.max_outstanding_io_total);
+        self.admission.set_reserve(short_query_reserve(config));
         let mut slots = self.long_slots.lock();
         if slots.as_ref().map_or(0, |s| s.slots()) != config.max_long_queries {
             *slots = LongQuerySlots::for_setting(config.max_long_queries);

@@ -64,7 +64,8 @@ impl ClassTurns {
         self.grants += 1;
     }
 
-    fn fair_turn(&self) -> bool {
+    /// Whether the next grant is a fair turn.
+    pub fn fair_turn(&self) -> bool {
         self.grants % FAIR_EVERY == FAIR_EVERY - 1
     }
 }

@@ -290,16 +290,23 @@ fn concurrency_plots(
         });
     }
     let mut latency = series(&|p| p.p99_ms);
-    latency.extend(engines.iter().map(|e| {
-        Series {
-            name: format!("{e}, point lookups"),
+    let points_p99 =
+        |e: &str, name: &str, p99: fn(&crate::concurrency::ConcurrencyPoint) -> f64| Series {
+            name: format!("{e}, {name}"),
             points: r
                 .points
                 .iter()
-                .filter(|p| p.engine == *e && p.workload == "mixed")
-                .map(|p| (p.clients as f64, p.point_p99_ms))
+                .filter(|p| p.engine == e && p.workload == "mixed")
+                .map(|p| (p.clients as f64, p99(p)))
                 .collect(),
-        }
+        };
+    latency.extend(engines.iter().flat_map(|e| {
+        [
+            points_p99(e, "point lookups", |p| p.point_p99_ms),
+            points_p99(e, "point lookups, first queries left out", |p| {
+                p.point_p99_after_first_ms
+            }),
+        ]
     }));
     vec![
         (

@@ -153,6 +153,8 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
             // Two long queries at a time (most here are long): the others wait their turn.
             "SET ooode.max_long_queries = 2".to_string(),
             "SET ooode.short_query_reads = 16".to_string(),
+            // Long queries leave half the cap to short ones.
+            "SET ooode.short_query_io_reserve_percent = 50".to_string(),
         ];
         plans.push((settings, queries));
     }
@@ -236,6 +238,7 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
     );
     assert_eq!(runtime.admission().in_use(), 0);
     assert_eq!(runtime.admission().waiting(), 0);
+    assert_eq!(runtime.admission().reserve(), 256, "half of 512");
     let slots = runtime.long_slots().expect("max_long_queries was set");
     assert_eq!(
         fewest_free.load(std::sync::atomic::Ordering::Relaxed),
