@@ -104,6 +104,8 @@ pub struct ConcurrencyPoint {
     pub fio_replay_qd64: Option<f64>,
     /// Where the slowest point lookups' time went (ooode only).
     pub point_tail: Option<PointTail>,
+    /// The same without each client's first query (see `point_p99_after_first_ms`).
+    pub point_tail_after_first: Option<PointTail>,
     /// How deep ooode kept the device: reads in flight and permits held (ooode only).
     pub depth: Option<Depth>,
     /// ooode's operator tasks of the run, by where they ran: long queries' on the idle lane
@@ -491,6 +493,7 @@ async fn run_point(
     let mut first_points_max_ms = 0f64;
     let mut point_plans = Vec::new();
     let mut point_timings = Vec::new();
+    let mut later_point_timings = Vec::new();
     let mut other_classes = Vec::new();
     let mut results = HashMap::new();
     // Reads of all queries and their time until used, then the same of point lookups.
@@ -507,7 +510,10 @@ async fn run_point(
                 point_latencies.push(timing.total_ms);
                 match k {
                     0 => first_points_max_ms = first_points_max_ms.max(timing.total_ms),
-                    _ => later_point_latencies.push(timing.total_ms),
+                    _ => {
+                        later_point_latencies.push(timing.total_ms);
+                        later_point_timings.push(timing);
+                    }
                 }
                 point_plans.push(timing.plan_ms);
                 point_timings.push(timing);
@@ -598,6 +604,10 @@ async fn run_point(
             fio_replay_qd64: None,
             point_tail: match engine {
                 Engine::Ooode => PointTail::of(&point_timings),
+                Engine::Parquet => None,
+            },
+            point_tail_after_first: match engine {
+                Engine::Ooode => PointTail::of(&later_point_timings),
                 Engine::Parquet => None,
             },
             depth,
@@ -811,6 +821,13 @@ fn print_run(p: &ConcurrencyPoint) {
     }
     if let Some(tail) = &p.point_tail {
         eprintln!("{:<20} {c:>3} clients: {}", "", tail_line(tail));
+    }
+    if let Some(tail) = &p.point_tail_after_first {
+        eprintln!(
+            "{:<20} {c:>3} clients: without each client's first query, {}",
+            "",
+            tail_line(tail)
+        );
     }
     if let Some(d) = &p.depth {
         eprintln!(
