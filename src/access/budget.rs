@@ -133,6 +133,8 @@ impl QueryIo {
         }
         let others = rt.executing_queries() > usize::from(self.open_streams.load(Relaxed) > 0);
         let mixed = others && rt.short_query_within(SHORT_QUERIES_RECENT);
+        // Beside short queries it also leaves them admission's reserve.
+        self.share.set_beside_short(mixed);
         let lane = (self.config.long_queries_idle_priority && mixed)
             .then(|| rt.idle_lane())
             .flatten();
