@@ -180,8 +180,9 @@ pub struct OoodeConfig {
     /// Queries estimated to read at most this many pages never wait for a turn.
     pub short_query_reads: u64,
     /// Percent of `max_outstanding_io_total` that long queries (estimated above
-    /// `short_query_reads`) leave free: they start a read only while more permits than that
-    /// are free, so a short query's read finds one at once. See `access::admission`.
+    /// `short_query_reads`) leave free beside short ones (the idle lane's rule): they start a
+    /// read only while more permits than that are free, so a short query's read finds one at
+    /// once. See `access::admission`.
     pub short_query_io_reserve_percent: usize,
     /// Beside short queries (another query executing, a short one started within the last
     /// 5 s), the operators of queries estimated to read more than `short_query_reads` pages
@@ -243,8 +244,7 @@ impl Default for OoodeConfig {
             short_query_reads: 256,
             // 64 of the default 256: at 64 clients (SF 1, 2 cores) it cut the point lookups'
             // p99 after the clients' first queries and their reads' time in the kernel, at
-            // the same queries per second; alone, a 10 % Fig. 4 query measured the same
-            // (README).
+            // the same queries per second; a long query alone does not leave it (README).
             short_query_io_reserve_percent: 25,
             // At 64 clients it halved the median latency at the same queries per second
             // (README); alone, a long query never uses it.
@@ -369,10 +369,11 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "short_query_io_reserve_percent",
         description: "Percent of max_outstanding_io_total that queries estimated to read more \
-                      than short_query_reads pages leave free: they start a read only while \
-                      more permits than that are free, so short queries' reads find one at \
-                      once (default 25; 0: none). One grant in eight to the classes in turn \
-                      may still use it, so long queries keep moving",
+                      than short_query_reads pages leave free beside short queries (another \
+                      query executing, a short one started within 5 s): they start a read \
+                      only while more permits than that are free, so short queries' reads \
+                      find one at once (default 25; 0: none). One grant in eight to the \
+                      classes in turn may still use it, so long queries keep moving",
         show: |c| c.short_query_io_reserve_percent.to_string(),
         set: |c, v| {
             c.short_query_io_reserve_percent = v.parse::<Bounded<0, 90>>()?.0;
