@@ -3,13 +3,14 @@
 //! reads closest to its output first.
 //!
 //! ```text
-//!   step wants a read ──> fast path: nobody waits, runtime below its cap, query below its
-//!        │                limit ──> permit (three atomic additions, no lock)
+//!   step wants a read ──> fast path: nobody waits, runtime below its cap (less the reserve
+//!        │                for a long query beside short ones), query below its limit
+//!        │                ──> permit (three atomic additions, no lock)
 //!        └─ else: queued under the query, at the step's level ──> pending
 //!   a permit dropped ──> counts back ──> if anyone waits: lock, dispatch:
 //!        while the runtime is below its cap: a query of the smallest size class that waits
 //!        and is below its own limit (round robin within the class; one grant in FAIR_EVERY
-//!        to the classes in turn) gets one permit, for its waiter of the highest level
+//!        to the classes in turn, which may use the reserve) gets one permit, for its waiter of the highest level
 //!        (closest to the output: finished work leaves memory first)
 //! ```
 //!

@@ -123,7 +123,8 @@ impl QueryIo {
     /// (see [`super::idle_lane`]) when `ooode.long_queries_idle_priority` is on, the query
     /// is long, another query is executing (see [`Self::open_stream`]) and a short query
     /// started an operator within the last seconds (a service's mix); None: on the caller's
-    /// runtime.
+    /// runtime. The same mix decides whether the long query leaves admission's reserve to
+    /// short ones (see [`super::admission`]), whatever the lane's setting.
     pub fn operator_lane(&self) -> Option<&tokio::runtime::Handle> {
         let rt = &self.runtime;
         if !self.is_long() {
