@@ -106,6 +106,8 @@ pub struct ConcurrencyPoint {
     pub point_tail: Option<PointTail>,
     /// The same without each client's first query (see `point_p99_after_first_ms`).
     pub point_tail_after_first: Option<PointTail>,
+    /// Means over the point lookups that were a client's first query (the burst; ooode only).
+    pub first_points: Option<PointTail>,
     /// How deep ooode kept the device: reads in flight and permits held (ooode only).
     pub depth: Option<Depth>,
     /// ooode's operator tasks of the run, by where they ran: long queries' on the idle lane
@@ -138,6 +140,8 @@ pub struct PointTail {
     /// From the end of the query's last ooode operator to the end of the query: the
     /// operators above ooode's and the client's task waiting to be scheduled.
     pub after_ooode_ms: f64,
+    /// When the queries started, after the run's start (the clients' tasks first ran then).
+    pub started_ms: f64,
 }
 
 /// One finished query: latency, planning, and (ooode) what its reads waited for.
@@ -151,6 +155,7 @@ struct Timing {
     device_ms: f64,
     class: usize,
     after_ooode_ms: f64,
+    started_ms: f64,
 }
 
 impl PointTail {
@@ -159,11 +164,16 @@ impl PointTail {
         let mut sorted = points.to_vec();
         sorted.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
         sorted.truncate(points.len().div_ceil(20));
-        let n = sorted.len();
+        Self::means(&sorted)
+    }
+
+    /// Means over all of `points` (None when there are none).
+    fn means(points: &[Timing]) -> Option<Self> {
+        let n = points.len();
         if n == 0 {
             return None;
         }
-        let mean = |f: fn(&Timing) -> f64| sorted.iter().map(f).sum::<f64>() / n as f64;
+        let mean = |f: fn(&Timing) -> f64| points.iter().map(f).sum::<f64>() / n as f64;
         Some(Self {
             queries: n,
             total_ms: mean(|t| t.total_ms),
@@ -174,6 +184,7 @@ impl PointTail {
             device_ms: mean(|t| t.device_ms),
             class: mean(|t| t.class as f64),
             after_ooode_ms: mean(|t| t.after_ooode_ms),
+            started_ms: mean(|t| t.started_ms),
         })
     }
 }
@@ -481,6 +492,7 @@ async fn run_point(
                 let t = Instant::now();
                 let (mut timing, rows) = planned_rows(&ctx, &sql).await?;
                 timing.total_ms = t.elapsed().as_secs_f64() * 1e3;
+                timing.started_ms = (t - start).as_secs_f64() * 1e3;
                 done.push((k, point, timing, rows));
                 k += 1;
             }
@@ -494,6 +506,7 @@ async fn run_point(
     let mut point_plans = Vec::new();
     let mut point_timings = Vec::new();
     let mut later_point_timings = Vec::new();
+    let mut first_point_timings = Vec::new();
     let mut other_classes = Vec::new();
     let mut results = HashMap::new();
     // Reads of all queries and their time until used, then the same of point lookups.
@@ -509,7 +522,10 @@ async fn run_point(
             if point {
                 point_latencies.push(timing.total_ms);
                 match k {
-                    0 => first_points_max_ms = first_points_max_ms.max(timing.total_ms),
+                    0 => {
+                        first_points_max_ms = first_points_max_ms.max(timing.total_ms);
+                        first_point_timings.push(timing);
+                    }
                     _ => {
                         later_point_latencies.push(timing.total_ms);
                         later_point_timings.push(timing);
@@ -610,6 +626,11 @@ async fn run_point(
                 Engine::Ooode => PointTail::of(&later_point_timings),
                 Engine::Parquet => None,
             },
+            // One client's first query is no burst.
+            first_points: match engine {
+                Engine::Ooode if clients > 1 => PointTail::means(&first_point_timings),
+                _ => None,
+            },
             depth,
             operator_tasks,
         },
@@ -651,11 +672,15 @@ impl UsedReads {
 
 /// Where the slowest point lookups' time went, as one line.
 fn tail_line(t: &PointTail) -> String {
+    format!("slowest 5 % of points ({}): {}", t.queries, breakdown(t))
+}
+
+/// Where `t`'s time went, in words.
+fn breakdown(t: &PointTail) -> String {
     format!(
-        "slowest 5 % of points ({}): {:.1} ms = planning {:.1} + execution; summed over their \
-         {:.0} reads: admission {:.1} ms, granted to running {:.1} ms, submitted to used {:.1} ms; size class \
-         {:.1}; after ooode's operators {:.1} ms",
-        t.queries,
+        "{:.1} ms = planning {:.1} + execution; summed over their {:.0} reads: admission {:.1} \
+         ms, granted to running {:.1} ms, submitted to used {:.1} ms; size class {:.1}; after \
+         ooode's operators {:.1} ms",
         t.total_ms,
         t.plan_ms,
         t.reads,
@@ -664,6 +689,17 @@ fn tail_line(t: &PointTail) -> String {
         t.device_ms,
         t.class,
         t.after_ooode_ms
+    )
+}
+
+/// The first queries' point lookups, in words.
+fn first_points_line(t: &PointTail) -> String {
+    format!(
+        "points that were a client's first query ({}), on average: started {:.1} ms after the \
+         run, {}",
+        t.queries,
+        t.started_ms,
+        breakdown(t)
     )
 }
 
@@ -828,6 +864,9 @@ fn print_run(p: &ConcurrencyPoint) {
             "",
             tail_line(tail)
         );
+    }
+    if let Some(first) = &p.first_points {
+        eprintln!("{:<20} {c:>3} clients: {}", "", first_points_line(first));
     }
     if let Some(d) = &p.depth {
         eprintln!(
@@ -1110,6 +1149,33 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("the first ones' slowest 90.0 ms"), "{line}");
+    }
+
+    #[test]
+    fn the_first_points_are_averaged_apart_from_the_slowest_five_percent() {
+        let timing = |total_ms: f64, started_ms: f64| Timing {
+            total_ms,
+            plan_ms: 2.0,
+            reads: 10,
+            after_ooode_ms: total_ms / 2.0,
+            started_ms,
+            ..Timing::default()
+        };
+        let points: Vec<Timing> = (1..=40).map(|i| timing(i as f64, 0.0)).collect();
+        let slowest = PointTail::of(&points).unwrap();
+        assert_eq!((slowest.queries, slowest.total_ms), (2, 39.5));
+        let first = PointTail::means(&[timing(80.0, 10.0), timing(20.0, 60.0)]).unwrap();
+        assert_eq!(first.queries, 2);
+        assert_eq!(first.total_ms, 50.0);
+        assert_eq!(first.started_ms, 35.0);
+        assert_eq!(first.after_ooode_ms, 25.0);
+        let line = first_points_line(&first);
+        assert!(
+            line.starts_with("points that were a client's first query (2), on average: started 35.0 ms after the run, 50.0 ms = planning 2.0"),
+            "{line}"
+        );
+        assert!(line.contains("after ooode's operators 25.0 ms"), "{line}");
+        assert!(PointTail::means(&[]).is_none());
     }
 
     #[test]
