@@ -115,12 +115,12 @@ pub struct ConcurrencyPoint {
     pub operator_tasks: Option<ooode::access::OperatorTasks>,
 }
 
-/// Means over the slowest 5 % of the point lookups of one run, milliseconds: where a point's
-/// time goes under load. Sums over a query's reads (admission, device) overlap one another
+/// Means over some point lookups of one run (the slowest 5 %, or the clients' first ones),
+/// milliseconds: where a point's time goes under load. Sums over a query's reads (admission, device) overlap one another
 /// where its reads run at once, so they can add up to more than its execution.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PointTail {
-    /// Point lookups in the slowest 5 %.
+    /// Point lookups averaged.
     pub queries: usize,
     /// Latency.
     pub total_ms: f64,
