@@ -65,6 +65,8 @@ pub struct Ring {
     device: Arc<DeviceQueue>,
     /// The recycler's arena regions this ring has registered (fixed buffers), if any.
     buffers: Option<RegisteredRegions>,
+    /// Set up with `IORING_SETUP_COOP_TASKRUN` (see [`super::UringConfig::coop_taskrun`]).
+    coop_taskrun: bool,
 }
 
 /// The arena regions a ring has registered with the kernel: `0..count`, growing as reads
@@ -116,7 +118,19 @@ impl Ring {
         if config.iopoll {
             builder.setup_iopoll();
         }
-        let uring = builder.build(entries)?;
+        let coop = config
+            .coop_taskrun
+            .then(|| builder.clone().setup_coop_taskrun().build(entries))
+            .and_then(|built| {
+                built
+                    .inspect_err(|e| log::debug!("ooode: io_uring refused COOP_TASKRUN: {e}"))
+                    .ok()
+            });
+        let coop_taskrun = coop.is_some();
+        let uring = match coop {
+            Some(uring) => uring,
+            None => builder.build(entries)?,
+        };
         // A sparse table the arena's regions are added to as they are allocated; where the
         // kernel refuses (before 5.19), reads use plain buffers.
         let buffers = (config.fixed_buffers && recycler.arena().is_some())
@@ -143,6 +157,7 @@ impl Ring {
             eventfd: None,
             device,
             buffers,
+            coop_taskrun,
         })
     }
 
@@ -187,6 +202,11 @@ impl Ring {
                 false
             }
         }
+    }
+
+    /// Whether the ring was set up with `IORING_SETUP_COOP_TASKRUN`.
+    pub fn coop_taskrun(&self) -> bool {
+        self.coop_taskrun
     }
 
     /// Reads sent into registered buffers so far.
