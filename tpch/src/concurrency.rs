@@ -116,8 +116,9 @@ pub struct ConcurrencyPoint {
 }
 
 /// Means over some point lookups of one run (the slowest 5 %, or the clients' first ones),
-/// milliseconds: where a point's time goes under load. Sums over a query's reads (admission, device) overlap one another
-/// where its reads run at once, so they can add up to more than its execution.
+/// milliseconds: where a point's time goes under load. Sums over a query's reads (admission,
+/// device) overlap one another where its reads run at once, so they can add up to more than
+/// its execution.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PointTail {
     /// Point lookups averaged.

@@ -473,18 +473,30 @@ mod tests {
     /// Reads `pages` pages of 8 KiB (page i filled with byte i % 251) through `engine`, all
     /// held at once, and checks their bytes.
     fn read_held_pages(engine: &UringEngine, pages: u64) {
+        let (_dir, path) = page_file(pages);
+        let file = engine.open(&path).unwrap();
+        let reads = (0..pages).map(|i| engine.read(file, i * 8192, 8192));
+        let held = futures::executor::block_on(futures::future::try_join_all(reads)).unwrap();
+        for (i, page) in held.iter().enumerate() {
+            assert_page(i as u64, page);
+        }
+    }
+
+    /// A file of `pages` pages of 8 KiB, page i filled with byte i % 251 (in a directory
+    /// removed when the returned guard drops).
+    fn page_file(pages: u64) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pages");
         let data: Vec<u8> = (0..pages)
             .flat_map(|i| std::iter::repeat_n((i % 251) as u8, 8192))
             .collect();
         std::fs::write(&path, &data).unwrap();
-        let file = engine.open(&path).unwrap();
-        let reads = (0..pages).map(|i| engine.read(file, i * 8192, 8192));
-        let held = futures::executor::block_on(futures::future::try_join_all(reads)).unwrap();
-        for (i, page) in held.iter().enumerate() {
-            assert!(page.iter().all(|&b| b == (i % 251) as u8), "page {i}");
-        }
+        (dir, path)
+    }
+
+    /// Checks that `page` holds page `i` of a [`page_file`].
+    fn assert_page(i: u64, page: &[u8]) {
+        assert!(page.iter().all(|&b| b == (i % 251) as u8), "page {i}");
     }
 
     #[test]
@@ -537,13 +549,8 @@ mod tests {
 
     #[test]
     fn reads_complete_with_completion_work_run_cooperatively_or_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pages");
         let pages = 256u64;
-        let data: Vec<u8> = (0..pages)
-            .flat_map(|i| std::iter::repeat_n((i % 251) as u8, 8192))
-            .collect();
-        std::fs::write(&path, &data).unwrap();
+        let (_dir, path) = page_file(pages);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -575,8 +582,7 @@ mod tests {
                     let engine = engine.clone();
                     runtime.spawn(async move {
                         for i in (t..pages).step_by(8) {
-                            let page = engine.read(file, i * 8192, 8192).await.unwrap();
-                            assert!(page.iter().all(|&b| b == (i % 251) as u8), "page {i}");
+                            assert_page(i, &engine.read(file, i * 8192, 8192).await.unwrap());
                         }
                     })
                 })
