@@ -30,8 +30,12 @@ fn delay_memory_purge() {
 async fn main() -> ExitCode {
     delay_memory_purge();
     env_logger::init();
-    if let Err(e) = ooode::io::buf::small_pages_only() {
-        eprintln!("ooode: transparent huge pages stay on: {e}");
+    match ooode::io::buf::huge_pages_only_where_advised() {
+        Ok(ooode::io::buf::HugePages::WhereAdvised) => {}
+        Ok(ooode::io::buf::HugePages::Never) => log::info!(
+            "ooode: page buffers on 4 KiB pages (this kernel keeps no huge pages only where advised)"
+        ),
+        Err(e) => eprintln!("ooode: transparent huge pages stay on: {e}"),
     }
     let cli = Cli::parse();
     let done = match cli.command {

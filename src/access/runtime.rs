@@ -181,7 +181,8 @@ impl OoodeRuntime {
         );
         Self {
             pool,
-            recycler: Recycler::new(budget),
+            // Page buffers on huge pages (see `io::arena`), up to the pool's first budget.
+            recycler: Recycler::with_arena(budget),
             admission: {
                 let admission = Admission::new(defaults.max_outstanding_io_total);
                 admission.set_reserve(short_query_reserve(&defaults));

@@ -15,6 +15,13 @@ use parking_lot::Mutex;
 use crate::io::arena::Arena;
 use crate::storage::page::AlignedBuf;
 
+/// Buffers of its own a recycler takes back before its arena's thread starts making regions
+/// ready: buffers come back in volume once the buffer pool is full (or emptied), after a
+/// cold start's first queries, whose reads then do not share the cores with the regions'
+/// faults (at 64 clients, starting it at the first buffer back delayed the clients' first
+/// queries by 10-30 ms in four runs of six).
+pub const ARENA_AFTER_RETURNED: u64 = 1024;
+
 /// Keeps freed page buffers for reuse, per buffer size, up to a number of bytes.
 ///
 /// Pages evicted from the buffer pool (or all of them, when it is emptied) come back here and
@@ -23,16 +30,19 @@ use crate::storage::page::AlignedBuf;
 /// cold 10 % Fig. 4 run before, 4.5 % after). The bytes never exceed what the pool and the
 /// reads in flight held.
 ///
-/// One made [`Recycler::with_arena`] carves new buffers from an [`Arena`] of up to
-/// `keep_bytes` (whole regions), which io_uring rings can register with the kernel; past it
-/// (or for sizes it cannot hold) they are allocated one by one. Arena buffers are always kept
+/// One made [`Recycler::with_arena`] (the runtime's) carves new buffers from an [`Arena`] of
+/// up to `keep_bytes` (whole regions, on huge pages, made ready ahead by a thread), which
+/// io_uring rings can also register with the kernel; past it, for sizes it cannot hold, or
+/// while no region is ready, they are allocated one by one. Arena buffers are always kept
 /// when freed: their memory stays the arena's.
 #[derive(Debug)]
 pub struct Recycler {
     free: Mutex<Free>,
     keep_bytes: usize,
-    /// Buffers allocated because none was free.
+    /// Buffers allocated because none was free nor ready in the arena.
     fresh: AtomicU64,
+    /// Buffers of its own given back while the arena had none ready.
+    returned_own: AtomicU64,
     arena: Option<Arc<Arena>>,
 }
 
@@ -60,6 +70,7 @@ impl Recycler {
             free: Mutex::new(Free::default()),
             keep_bytes,
             fresh: AtomicU64::new(0),
+            returned_own: AtomicU64::new(0),
             arena,
         })
     }
@@ -75,11 +86,13 @@ impl Recycler {
             return buf;
         }
         drop(free);
-        self.fresh.fetch_add(1, Relaxed);
         self.arena
             .as_ref()
             .and_then(|a| a.carve(len))
-            .unwrap_or_else(|| AlignedBuf::zeroed(len))
+            .unwrap_or_else(|| {
+                self.fresh.fetch_add(1, Relaxed);
+                AlignedBuf::zeroed(len)
+            })
     }
 
     /// The arena new buffers are carved from, if any.
@@ -87,9 +100,25 @@ impl Recycler {
         self.arena.as_ref()
     }
 
-    /// Returns a buffer for reuse.
+    /// Returns a buffer for reuse. One of its own (not the arena's) is exchanged for a buffer
+    /// carved from the arena while the arena has one ready (on huge pages; the buffer of its
+    /// own is freed), so that over time the pages read move into the arena, one for one,
+    /// paced by the arena's thread, which starts once [`ARENA_AFTER_RETURNED`] such buffers
+    /// came back.
     pub fn put(&self, buf: AlignedBuf) {
         let len = buf.len();
+        let buf = match &self.arena {
+            Some(arena) if buf.region().is_none() => match arena.carve(len) {
+                Some(carved) => carved,
+                None => {
+                    if self.returned_own.fetch_add(1, Relaxed) + 1 >= ARENA_AFTER_RETURNED {
+                        arena.make_ready();
+                    }
+                    buf
+                }
+            },
+            _ => buf,
+        };
         let mut free = self.free.lock();
         if buf.region().is_some() {
             free.by_len.entry(len).or_default().push(buf);
@@ -99,7 +128,8 @@ impl Recycler {
         }
     }
 
-    /// Buffers allocated so far because none of their size was free.
+    /// Buffers allocated so far because none of their size was free nor ready in the arena
+    /// (fresh memory from the allocator).
     pub fn fresh_buffers(&self) -> u64 {
         self.fresh.load(Relaxed)
     }
@@ -110,18 +140,46 @@ impl Recycler {
     }
 }
 
-/// Turns transparent huge pages off for this process and the processes it starts (Linux).
+/// Where the process may have transparent huge pages (see [`huge_pages_only_where_advised`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugePages {
+    /// Only in memory advised for them: the page buffers' arena regions.
+    WhereAdvised,
+    /// Nowhere (a kernel before 6.18 cannot keep them where advised only).
+    Never,
+}
+
+/// `PR_THP_DISABLE_EXCEPT_ADVISED` (Linux 6.18), which the libc crate does not name yet.
+const THP_DISABLE_EXCEPT_ADVISED: libc::c_ulong = 1 << 1;
+
+/// Turns transparent huge pages off for this process and the processes it starts, except in
+/// memory advised for them (`MADV_HUGEPAGE`: the page buffers' regions, [`crate::io::arena`]);
+/// where the kernel cannot except advised memory, off everywhere (Linux).
 ///
 /// For the `ooode` command and the benchmarks, called first thing in `main`. On this project's
 /// VM (memory backed lazily by the host) a fresh 2 MiB huge page took ~14 ms to fault in,
-/// zeroed 4 KiB at a time behind host faults, against ~2 us for a 4 KiB page: the page buffers
-/// of a cold start (a few hundred MiB) then held both cores for two seconds, and every query
-/// running then waited (points' p99 at 64 clients 195-251 ms in three of four runs, against
-/// 61-79 without). Hot runs and the CPU per page showed no gain from huge pages to lose.
-pub fn small_pages_only() -> std::io::Result<()> {
+/// zeroed 4 KiB at a time behind host faults, against ~2 us for a 4 KiB page: the allocator's
+/// memory of a cold start (a few hundred MiB) then held both cores for two seconds, and every
+/// query running then waited (points' p99 at 64 clients 195-251 ms in three of four runs,
+/// against 61-79 without). The page buffers' regions are faulted in ahead of use by a thread
+/// of their own, off the queries' path.
+pub fn huge_pages_only_where_advised() -> std::io::Result<HugePages> {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and touches no memory.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_THP_DISABLE,
+            1,
+            THP_DISABLE_EXCEPT_ADVISED,
+            0,
+            0,
+        )
+    } == 0
+    {
+        return Ok(HugePages::WhereAdvised);
+    }
+    // SAFETY: as above.
     match unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } {
-        0 => Ok(()),
+        0 => Ok(HugePages::Never),
         _ => Err(std::io::Error::last_os_error()),
     }
 }
@@ -189,14 +247,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_pages_only_turns_huge_pages_off() {
-        // The flag is the whole test process's; no other test depends on huge pages.
-        small_pages_only().expect("prctl(PR_SET_THP_DISABLE)");
-        // SAFETY: PR_GET_THP_DISABLE takes no pointer and returns the flag.
-        assert_eq!(
-            unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) },
-            1
-        );
+    fn huge_pages_go_off_except_where_advised() {
+        // The flag is the whole test process's; the arena's test sets the same.
+        let mode = huge_pages_only_where_advised().expect("prctl(PR_SET_THP_DISABLE)");
+        // SAFETY: PR_GET_THP_DISABLE takes no pointer and returns the flags.
+        let flags = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+        match mode {
+            HugePages::WhereAdvised => assert_eq!(flags, 1 | THP_DISABLE_EXCEPT_ADVISED as i32),
+            HugePages::Never => assert_eq!(flags, 1),
+        }
     }
 
     #[test]
@@ -235,5 +294,48 @@ mod tests {
             2 * 8192,
             "beyond its bytes a buffer is freed"
         );
+    }
+
+    #[test]
+    fn buffers_move_into_the_arena_once_enough_come_back() {
+        use crate::io::arena::REGION_BYTES;
+        let r = Recycler::with_arena(4 * REGION_BYTES);
+        let arena = r.arena().unwrap().clone();
+        // Nothing ready: a read gets a buffer of its own at once, kept when given back.
+        let own = r.get(8192);
+        assert_eq!(own.region(), None);
+        assert_eq!(r.fresh_buffers(), 1);
+        r.put(own);
+        assert_eq!(r.free_bytes(), 8192);
+        // The arena's thread starts once enough buffers of its own came back.
+        let many: Vec<AlignedBuf> = (0..ARENA_AFTER_RETURNED).map(|_| r.get(8192)).collect();
+        assert!(many.iter().all(|b| b.region().is_none()));
+        many.into_iter().for_each(|b| r.put(b));
+        let start = std::time::Instant::now();
+        while !arena.has_ready_room(8192) {
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "no region ready within 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Given back while the arena has one ready: exchanged, one for one.
+        let (kept, fresh) = (r.free_bytes(), r.fresh_buffers());
+        r.put(AlignedBuf::zeroed(8192));
+        assert_eq!(r.free_bytes(), kept, "the buffer of its own was freed");
+        let carved = r.get(8192);
+        assert!(
+            carved.region().is_some(),
+            "the next read's buffer is the arena's"
+        );
+        assert_eq!(
+            r.fresh_buffers(),
+            fresh,
+            "a carved buffer is not fresh memory"
+        );
+        // The arena's buffers come back to the recycler and are reused.
+        let addr = carved.as_ptr();
+        r.put(carved);
+        assert_eq!(r.get(8192).as_ptr(), addr);
     }
 }

@@ -52,6 +52,19 @@ pub async fn measure_engine(
     depth: usize,
     secs: f64,
 ) -> Result<(f64, f64), BoxError> {
+    measure_engine_holding(engine, file, page_size, depth, secs, 0).await
+}
+
+/// [`measure_engine`] holding the last `hold` pages read, as a buffer pool does: the reads'
+/// buffers then rotate through that much memory instead of a few being reused.
+pub async fn measure_engine_holding(
+    engine: Arc<dyn IoEngine>,
+    file: &Path,
+    page_size: usize,
+    depth: usize,
+    secs: f64,
+    hold: usize,
+) -> Result<(f64, f64), BoxError> {
     let id = engine.open(file)?;
     let before = engine.metrics().snapshot();
     let pages = std::fs::metadata(file)?.len() / page_size as u64;
@@ -67,9 +80,16 @@ pub async fn measure_engine(
     let (start, cpu0) = (Instant::now(), process_cpu_time());
     let mut reads = 0u64;
     let mut in_flight: FuturesUnordered<_> = (0..depth).map(|_| issue()).collect();
+    let mut held = std::collections::VecDeque::with_capacity(hold + 1);
     // Reads started while the completed ones are handled reach the kernel together.
     while let Some(r) = ooode::io::batch::Batched(in_flight.next()).await {
-        r?;
+        let page = r?;
+        if hold > 0 {
+            held.push_back(page);
+            if held.len() > hold {
+                held.pop_front();
+            }
+        }
         reads += 1;
         if Instant::now() < deadline {
             in_flight.push(issue());
@@ -309,7 +329,8 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
     let total = 2 * opts.depths.len()
         + 2
         + 2 * opts.depths.iter().filter(|d| **d >= 16).count()
-        + 4 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count();
+        + 4 * opts.depths.iter().filter(|d| **d == 1 || **d == 64).count()
+        + 2 * opts.depths.iter().filter(|d| **d == 64).count();
     let mut step = 0;
     let mut point =
         |engine: &str, depth: usize, (iops, cpu): (f64, f64), fio: Option<(f64, f64)>| {
@@ -407,6 +428,34 @@ pub async fn run(opts: &IoBenchOptions) -> Result<Vec<IoPoint>, BoxError> {
                 Ok(m) => point(name, depth, m, None),
                 Err(e) => eprintln!("{name} depth {depth}: not available here: {e}"),
             }
+        }
+    }
+    // Buffers on 4 KiB pages against buffers on huge pages (the runtime's, `io::arena`), each
+    // read held as the pool holds pages, so that buffers rotate through 110 MiB: a buffer on
+    // two 4 KiB pages apart in memory is a read of two segments for the disk.
+    for &depth in opts.depths.iter().filter(|d| **d == 64) {
+        const HOLD: usize = 14_000;
+        let keep = (HOLD + 2 * depth) * opts.page_size;
+        for (name, recycler) in [
+            ("uring held 4k", ooode::io::buf::Recycler::new(keep)),
+            ("uring held 2m", ooode::io::buf::Recycler::with_arena(keep)),
+        ] {
+            if let Some(arena) = recycler.arena() {
+                // Ready before the measurement, not by the arena's thread during it.
+                let regions = keep.div_ceil(ooode::io::arena::REGION_BYTES);
+                arena.prepare(regions)?;
+            }
+            let engine: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig {
+                max_in_flight: depth,
+                rings: 1,
+                reap_on_reactor: false,
+                recycler: Some(recycler),
+                ..Default::default()
+            })?);
+            let m =
+                measure_engine_holding(engine, &opts.file, opts.page_size, depth, opts.secs, HOLD)
+                    .await?;
+            point(name, depth, m, None);
         }
     }
     // Two threads reading at once: one ring they share, or one ring each (what the runtime's

@@ -297,8 +297,14 @@ enum Command {
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     ooode_tpch::delay_memory_purge();
-    if let Err(e) = ooode::io::buf::small_pages_only() {
-        eprintln!("ooode-tpch: transparent huge pages stay on: {e}");
+    match ooode::io::buf::huge_pages_only_where_advised() {
+        Ok(ooode::io::buf::HugePages::WhereAdvised) => {}
+        Ok(ooode::io::buf::HugePages::Never) => {
+            eprintln!(
+                "ooode-tpch: page buffers on 4 KiB pages (this kernel keeps no huge pages only where advised)"
+            )
+        }
+        Err(e) => eprintln!("ooode-tpch: transparent huge pages stay on: {e}"),
     }
     match Cli::parse().command {
         Command::Run {

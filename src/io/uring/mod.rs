@@ -162,6 +162,12 @@ impl UringEngine {
                 false => Recycler::new(keep),
             }
         });
+        if config.fixed_buffers
+            && let Some(arena) = recycler.arena()
+        {
+            // Asked for registered buffers: regions are made ready from the start.
+            arena.make_ready();
+        }
         let use_fixed = Arc::new(AtomicBool::new(true));
         let metrics = IoMetrics::new();
         let device = DeviceQueue::new(config.device_queue_depth, metrics.clone());
@@ -503,6 +509,7 @@ mod tests {
     fn reads_go_into_registered_buffers_across_regions() {
         use crate::io::arena::REGION_BYTES;
         let recycler = Recycler::with_arena(2 * REGION_BYTES);
+        recycler.arena().unwrap().prepare(2).unwrap();
         let engine = UringEngine::new(UringConfig {
             rings: 1,
             recycler: Some(recycler.clone()),
@@ -527,9 +534,11 @@ mod tests {
     fn past_the_arena_and_with_fixed_buffers_off_reads_use_plain_buffers() {
         use crate::io::arena::REGION_BYTES;
         // An arena of one region: the pages past it get buffers of their own.
+        let recycler = Recycler::with_arena(REGION_BYTES);
+        recycler.arena().unwrap().prepare(1).unwrap();
         let engine = UringEngine::new(UringConfig {
             rings: 1,
-            recycler: Some(Recycler::with_arena(REGION_BYTES)),
+            recycler: Some(recycler),
             fixed_buffers: true,
             ..Default::default()
         })
