@@ -16,10 +16,9 @@ use crate::io::arena::Arena;
 use crate::storage::page::AlignedBuf;
 
 /// Buffers of its own a recycler takes back before its arena's thread starts making regions
-/// ready: buffers come back in volume once the buffer pool is full (or emptied), after a
-/// cold start's first queries, whose reads then do not share the cores with the regions'
-/// faults (at 64 clients, starting it at the first buffer back delayed the clients' first
-/// queries by 10-30 ms in four runs of six).
+/// ready. Buffers come back in volume once the buffer pool is full (or emptied); a process
+/// whose pool never fills (a single query, a short session) never pays for regions, and a
+/// cold start's first reads take buffers of their own meanwhile.
 pub const ARENA_AFTER_RETURNED: u64 = 1024;
 
 /// Keeps freed page buffers for reuse, per buffer size, up to a number of bytes.
