@@ -185,8 +185,8 @@ impl Arena {
         let (index, ptr) = slice?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = self.clone();
         // SAFETY: zeroed when the region was made ready and never handed out before;
-        // aligned (the region starts on a huge page, and `len` divides the region's size, so
-        // every slice starts at a multiple of `len`, itself a multiple of PAGE_ALIGN); the
+        // aligned (the region starts on a huge page, and a slice's offset is a sum of
+        // lengths that are multiples of PAGE_ALIGN); inside the region (`next_slice`); the
         // arena unmaps regions only when dropped, which `owner` prevents.
         Some(unsafe { AlignedBuf::from_region(ptr, len, index as u32, owner) })
     }
