@@ -208,13 +208,6 @@ impl Arena {
         Ok(regions)
     }
 
-    /// Whether a buffer of `len` bytes could be carved now without a new region.
-    pub fn has_ready_room(&self, len: usize) -> bool {
-        let state = self.shared.state.lock();
-        let left = state.regions.len().saturating_sub(state.carving);
-        left > 1 || (left == 1 && state.used + len <= REGION_BYTES)
-    }
-
     /// Starts the thread that keeps regions ready ahead of carving (once; later calls do
     /// nothing). Not at the first carve: a cold start's reads take buffers of their own, and
     /// the regions' faults (milliseconds each on a VM whose host backs memory lazily) do not
@@ -407,7 +400,7 @@ mod tests {
             "no region made before the thread starts"
         );
         arena.make_ready();
-        eventually("the first region", || arena.has_ready_room(8192));
+        eventually("the first region", || arena.regions() > 0);
         let first = arena.carve(8192).expect("a ready region");
         assert_eq!(first.region(), Some(0));
         // The one being carved and READY_AHEAD more, no further.
