@@ -92,20 +92,18 @@ impl Queues {
     /// Gives one permit to a waiter of a query in `class` (round robin within the class),
     /// out of the reserve too when `fair` (a fair turn): whether one was given.
     fn grant_in(&mut self, class: usize, admission: &Admission, fair: bool) -> bool {
-        for _ in 0..self.turns[class].len() {
+        let mut turns_left = self.turns[class].len();
+        while turns_left > 0 {
+            turns_left -= 1;
             let Some(id) = self.turns[class].pop_front() else {
                 break;
             };
             let Some(waiters) = self.by_query.get_mut(&id) else {
                 continue;
             };
-            // Drop requests that were cancelled while queued.
-            for level in waiters.levels.iter_mut() {
-                while level.front().is_some_and(|c| c.state.load(SeqCst) == GONE) {
-                    level.pop_front();
-                    admission.waiting.fetch_sub(1, SeqCst);
-                }
-            }
+            // A request cancelled while queued takes itself out (`Acquire`'s drop), so the
+            // levels' fronts need no sweep; one cancelled between its drop's mark and its
+            // lock is popped below and its permit handed back.
             let Some(level) = waiters.levels.iter_mut().rev().find(|l| !l.is_empty()) else {
                 self.by_query.remove(&id);
                 continue;
@@ -121,8 +119,10 @@ impl Queues {
             }
             let cell = level.pop_front().expect("non-empty level");
             admission.waiting.fetch_sub(1, SeqCst);
-            let waited = cell.queued_at.elapsed().as_nanos() as u64;
-            cell.granted_after.store(waited, SeqCst);
+            if let Some(queued_at) = cell.queued_at {
+                let waited = queued_at.elapsed().as_nanos() as u64;
+                cell.granted_after.store(waited, SeqCst);
+            }
             let granted = cell
                 .state
                 .compare_exchange(WAITING, GRANTED, SeqCst, SeqCst)
@@ -130,9 +130,12 @@ impl Queues {
             if granted {
                 cell.waker.wake();
             } else {
-                // Cancelled between the sweep and now.
+                // Cancelled, not taken out yet: the permit goes back, and this was no turn
+                // (another waiter, of this query or the next, gets it now: left free, it
+                // would wait for the next permit given back, and there may be none).
                 admission.in_use.fetch_sub(1, SeqCst);
                 waiters.share.in_use.fetch_sub(1, SeqCst);
+                turns_left += 1;
             }
             if waiters.levels.iter().any(|l| !l.is_empty()) {
                 // Its class may have changed since it was queued (its plan was estimated).
@@ -166,7 +169,10 @@ const GONE: u8 = 2;
 struct Cell {
     state: AtomicU8,
     waker: AtomicWaker,
-    queued_at: Instant,
+    /// When it was queued: for a query not known to be long only. Its waits are what
+    /// [`Share::waits`] tells (how a short query's time goes under load); a long query's
+    /// thousands of queued reads would pay two more clock reads each for figures nobody reads.
+    queued_at: Option<Instant>,
     /// Nanoseconds from queueing to the grant (set by the grant).
     granted_after: AtomicU64,
 }
@@ -197,7 +203,8 @@ pub struct Share {
 pub struct AdmissionWaits {
     /// Requests that waited in the queue (the others found room at once).
     pub queued: u64,
-    /// Time queued until granted, summed over the requests.
+    /// Time queued until granted, summed over the requests (timed only while the query was
+    /// not known to be long: a long query's queued reads skip the clock).
     pub queued_time: Duration,
     /// Time from the grant until the request's task ran again, summed (scheduling delay).
     pub wake_time: Duration,
@@ -398,9 +405,12 @@ impl Share {
 
     /// Notes a queued request of this query granted `cell`, now running.
     fn note_granted(&self, cell: &Cell) {
-        let total = cell.queued_at.elapsed().as_nanos() as u64;
-        let granted = cell.granted_after.load(SeqCst).min(total);
         self.queued.fetch_add(1, Relaxed);
+        let Some(queued_at) = cell.queued_at else {
+            return;
+        };
+        let total = queued_at.elapsed().as_nanos() as u64;
+        let granted = cell.granted_after.load(SeqCst).min(total);
         self.queued_nanos.fetch_add(granted, Relaxed);
         self.woken_nanos.fetch_add(total - granted, Relaxed);
     }
@@ -447,7 +457,7 @@ impl Future for Acquire {
                 let cell = Arc::new(Cell {
                     state: AtomicU8::new(WAITING),
                     waker: AtomicWaker::new(),
-                    queued_at: Instant::now(),
+                    queued_at: (!this.share.is_long()).then(Instant::now),
                     granted_after: AtomicU64::new(0),
                 });
                 cell.waker.register(cx.waker());
@@ -606,6 +616,28 @@ mod tests {
         drop(big_waits);
         drop(small_waits);
         assert_eq!(a.waiting(), 0);
+    }
+
+    #[test]
+    fn a_request_cancelled_as_it_is_granted_hands_its_permit_on() {
+        let a = Admission::new(1);
+        let q = a.share(10, 256);
+        let held = q.try_acquire().unwrap();
+        let (mut first, mut second) = (q.acquire(0), q.acquire(0));
+        assert!(poll_once(&mut first).is_none() && poll_once(&mut second).is_none());
+        assert_eq!(a.waiting(), 2);
+        // `first` is dropped: its drop has marked its cell gone but not yet taken the lock
+        // to take it out (the state the grant can meet, and the drop's last step then finds
+        // nothing to take out).
+        let cell = first.cell.take().expect("queued");
+        cell.state.store(GONE, SeqCst);
+        drop(first);
+        drop(held);
+        let permit = poll_once(&mut second).expect("the permit went to the gone request");
+        assert_eq!((a.in_use(), a.waiting(), q.in_use()), (1, 0, 1));
+        assert!(a.queues.lock().by_query.is_empty());
+        drop(permit);
+        assert_eq!((a.in_use(), q.in_use()), (0, 0));
     }
 
     #[test]
