@@ -136,8 +136,8 @@ struct Settled {
 /// itself have all moved into its arena, so that the measured runs see the runtime's steady
 /// state: a process that keeps running moves them once, at the arena thread's pace (a
 /// region per 100 ms), and in the meantime faulting those regions in costs CPU (4.4 % of the
-/// samples of measured runs that overlapped it). Stops after two minutes, or when a run moved
-/// nothing (the arena full).
+/// samples of measured runs that overlapped it). Stops after two minutes, or once nothing
+/// moved for a second (the arena full: it holds what the pool's budget does).
 async fn settle_buffers(
     ctx: &datafusion::prelude::SessionContext,
     sql: &str,
@@ -145,15 +145,17 @@ async fn settle_buffers(
     recycler: &ooode::io::buf::Recycler,
 ) -> Result<Settled, BoxError> {
     let start = Instant::now();
-    let mut runs = 0;
-    let mut outside = usize::MAX;
+    let (mut runs, mut outside, mut moved_at) = (0, usize::MAX, Instant::now());
     loop {
         pool.clear();
         let now_outside = recycler.free_bytes();
-        if now_outside == 0 || now_outside >= outside || start.elapsed().as_secs() >= 120 {
+        if now_outside < outside {
+            (outside, moved_at) = (now_outside, Instant::now());
+        }
+        let stalled = moved_at.elapsed() >= Duration::from_secs(1);
+        if outside == 0 || stalled || start.elapsed() >= Duration::from_secs(120) {
             break;
         }
-        outside = now_outside;
         timed_rows(ctx, sql, Duration::from_secs(600)).await?;
         runs += 1;
     }
