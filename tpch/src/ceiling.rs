@@ -31,6 +31,9 @@ pub struct CeilingReport {
     pub fresh_buffers_per_run: u64,
     /// Warm-up before the measured runs until the page buffers sat in the arena, seconds.
     pub arena_settle_secs: f64,
+    /// The process's CPU with no query running, just before the measured runs, percent of
+    /// a core.
+    pub idle_cpu_percent: f64,
     /// Hot (pages in the pool), out of order, seconds (median).
     pub hot_out_of_order_secs: f64,
     /// Hot, in order, seconds (median).
@@ -72,6 +75,14 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
         settle.secs,
         recycler.free_bytes() >> 20
     );
+    // The process's CPU with no query running: what the measured runs' figure includes
+    // besides them (threads of earlier work in the same process, when the main job runs this).
+    let (idle_from, idle_cpu) = (Instant::now(), process_cpu_time());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_percent = process_cpu_time().saturating_sub(idle_cpu).as_secs_f64()
+        / idle_from.elapsed().as_secs_f64()
+        * 100.0;
+    eprintln!("  the process's CPU with no query running: {idle_percent:.1} % of a core");
     let (mut times, mut cpus, mut pages) = (Vec::new(), Vec::new(), Vec::new());
     let mut fresh_buffers = 0;
     for _ in 0..runs() {
@@ -121,6 +132,7 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
         cpu_us_per_page: cpu / pages.max(1.0) * 1e6,
         fresh_buffers_per_run: fresh_buffers,
         arena_settle_secs: settle.secs,
+        idle_cpu_percent: idle_percent,
         hot_out_of_order_secs: hot[0],
         hot_in_order_secs: hot[1],
     })
