@@ -68,7 +68,7 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
     let sql = fig4_sql(n);
     // Warms the OS cache with every page the query reads.
     timed_rows(&ctx, &sql, limit).await?;
-    let settle = settle_buffers(&ctx, &sql, &pool, &recycler).await?;
+    let settle = settle_buffers(&ctx, &sql, limit, &pool, &recycler).await?;
     eprintln!(
         "  page buffers settled in the arena after {} runs ({:.1} s); {} MiB outside it",
         settle.runs,
@@ -153,6 +153,7 @@ struct Settled {
 async fn settle_buffers(
     ctx: &datafusion::prelude::SessionContext,
     sql: &str,
+    limit: Duration,
     pool: &ooode::io::pool::BufferPool,
     recycler: &ooode::io::buf::Recycler,
 ) -> Result<Settled, BoxError> {
@@ -168,7 +169,7 @@ async fn settle_buffers(
         if outside == 0 || stalled || start.elapsed() >= Duration::from_secs(120) {
             break;
         }
-        timed_rows(ctx, sql, Duration::from_secs(600)).await?;
+        timed_rows(ctx, sql, limit).await?;
         runs += 1;
     }
     Ok(Settled {
