@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
@@ -42,6 +42,9 @@ pub struct Recycler {
     fresh: AtomicU64,
     /// Buffers of its own given back while the arena had none ready.
     returned_own: AtomicU64,
+    /// Bytes of the buffers it allocated itself that are still alive (free here or held):
+    /// what has not moved into the arena yet. Signed: a buffer made elsewhere may be given.
+    own_bytes: AtomicI64,
     arena: Option<Arc<Arena>>,
 }
 
@@ -70,6 +73,7 @@ impl Recycler {
             keep_bytes,
             fresh: AtomicU64::new(0),
             returned_own: AtomicU64::new(0),
+            own_bytes: AtomicI64::new(0),
             arena,
         })
     }
@@ -90,6 +94,7 @@ impl Recycler {
             .and_then(|a| a.carve(len))
             .unwrap_or_else(|| {
                 self.fresh.fetch_add(1, Relaxed);
+                self.own_bytes.fetch_add(len as i64, Relaxed);
                 AlignedBuf::zeroed(len)
             })
     }
@@ -108,7 +113,10 @@ impl Recycler {
         let len = buf.len();
         let buf = match &self.arena {
             Some(arena) if buf.region().is_none() => match arena.carve(len) {
-                Some(carved) => carved,
+                Some(carved) => {
+                    self.own_bytes.fetch_sub(len as i64, Relaxed);
+                    carved
+                }
                 None => {
                     if self.returned_own.fetch_add(1, Relaxed) + 1 >= ARENA_AFTER_RETURNED {
                         arena.make_ready();
@@ -124,6 +132,8 @@ impl Recycler {
         } else if free.bytes + len <= self.keep_bytes {
             free.bytes += len;
             free.by_len.entry(len).or_default().push(buf);
+        } else {
+            self.own_bytes.fetch_sub(len as i64, Relaxed);
         }
     }
 
@@ -136,6 +146,12 @@ impl Recycler {
     /// Bytes of free buffers kept.
     pub fn free_bytes(&self) -> usize {
         self.free.lock().bytes
+    }
+
+    /// Bytes of the buffers it allocated itself (not the arena's) still alive, free here or
+    /// held by the pool and readers: the page buffers that have not moved into the arena.
+    pub fn own_bytes(&self) -> usize {
+        self.own_bytes.load(Relaxed).max(0) as usize
     }
 }
 
@@ -285,6 +301,7 @@ mod tests {
         let again = r.get(8192);
         assert_eq!(again.as_ptr(), addr, "the freed buffer is reused");
         assert_eq!(r.free_bytes(), 0);
+        assert_eq!(r.own_bytes(), 3 * 8192 + 4096, "held and free alike");
         drop((b, c));
         assert_eq!(r.free_bytes(), 2 * 8192);
         r.put(again);
@@ -293,6 +310,7 @@ mod tests {
             2 * 8192,
             "beyond its bytes a buffer is freed"
         );
+        assert_eq!(r.own_bytes(), 2 * 8192 + 4096);
     }
 
     #[test]
@@ -320,8 +338,16 @@ mod tests {
         }
         // Given back while the arena has one ready: exchanged, one for one.
         let (kept, fresh) = (r.free_bytes(), r.fresh_buffers());
-        r.put(AlignedBuf::zeroed(8192));
-        assert_eq!(r.free_bytes(), kept, "the buffer of its own was freed");
+        let own = r.own_bytes();
+        assert_eq!(own, kept, "every buffer of its own is free here");
+        let given = r.get(8192);
+        r.put(given);
+        assert_eq!(
+            r.free_bytes(),
+            kept - 8192,
+            "the buffer of its own was freed"
+        );
+        assert_eq!(r.own_bytes(), own - 8192, "and counts no more");
         let carved = r.get(8192);
         assert!(
             carved.region().is_some(),

@@ -9,7 +9,7 @@ use ooode::io::metrics::process_cpu_time;
 
 use crate::datagen::DataSet;
 use crate::fig4::fig4_sql;
-use crate::runner::{contexts, median, run_sql, timed_rows};
+use crate::runner::{contexts, median, run_sql, settle_buffers, timed_rows};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -68,12 +68,12 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
     let sql = fig4_sql(n);
     // Warms the OS cache with every page the query reads.
     timed_rows(&ctx, &sql, limit).await?;
-    let settle = settle_buffers(&ctx, &sql, limit, &pool, &recycler).await?;
+    let settle = settle_buffers(&ctx, &sql, limit).await?;
     eprintln!(
         "  page buffers settled in the arena after {} runs ({:.1} s); {} MiB outside it",
         settle.runs,
         settle.secs,
-        recycler.free_bytes() >> 20
+        settle.outside_bytes >> 20
     );
     // The process's CPU with no query running: what the measured runs' figure includes
     // besides them (threads of earlier work in the same process, when the main job runs this).
@@ -135,46 +135,6 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
         idle_cpu_percent: idle_percent,
         hot_out_of_order_secs: hot[0],
         hot_in_order_secs: hot[1],
-    })
-}
-
-/// How long the warm-up took to move the page buffers into the arena.
-struct Settled {
-    runs: usize,
-    secs: f64,
-}
-
-/// Runs the query (pool emptied each time) until the page buffers the recycler allocated
-/// itself have all moved into its arena, so that the measured runs see the runtime's steady
-/// state: a process that keeps running moves them once, at the arena thread's pace (a
-/// region per 100 ms), and in the meantime faulting those regions in costs CPU (4.4 % of the
-/// samples of measured runs that overlapped it). Stops after two minutes, or once nothing
-/// moved for a second (the arena full: it holds what the pool's budget does).
-async fn settle_buffers(
-    ctx: &datafusion::prelude::SessionContext,
-    sql: &str,
-    limit: Duration,
-    pool: &ooode::io::pool::BufferPool,
-    recycler: &ooode::io::buf::Recycler,
-) -> Result<Settled, BoxError> {
-    let start = Instant::now();
-    let (mut runs, mut outside, mut moved_at) = (0, usize::MAX, Instant::now());
-    loop {
-        pool.clear();
-        let now_outside = recycler.free_bytes();
-        if now_outside < outside {
-            (outside, moved_at) = (now_outside, Instant::now());
-        }
-        let stalled = moved_at.elapsed() >= Duration::from_secs(1);
-        if outside == 0 || stalled || start.elapsed() >= Duration::from_secs(120) {
-            break;
-        }
-        timed_rows(ctx, sql, limit).await?;
-        runs += 1;
-    }
-    Ok(Settled {
-        runs,
-        secs: start.elapsed().as_secs_f64(),
     })
 }
 

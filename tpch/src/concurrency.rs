@@ -7,6 +7,8 @@
 //! own p99 too), the device's IOPS (from `/proc/diskstats`, so both engines are measured
 //! alike), and CPU. Client `i` draws the same queries on both engines, so every query both
 //! finished is checked equal. A run of point lookups alone gives their p99 without the load.
+//! Each of ooode's runs gets a runtime of its own; unless told not to, its page buffers are
+//! first settled in its arena (as in a service that has run a while), then its pool emptied.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use ooode::io::metrics::process_cpu_time;
 use crate::datagen::DataSet;
 use crate::depth::{Depth, DepthSampler, SHALLOW};
 use crate::fig4::drop_os_cache;
-use crate::runner::{query_rows, run_sql};
+use crate::runner::{query_rows, run_sql, settle_buffers};
 use crate::tables::TABLES;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -113,6 +115,9 @@ pub struct ConcurrencyPoint {
     /// ooode's operator tasks of the run, by where they ran: long queries' on the idle lane
     /// (`ooode.long_queries_idle_priority`) or on the clients' runtime (ooode only).
     pub operator_tasks: Option<ooode::access::OperatorTasks>,
+    /// Seconds of warm-up before the run that moved the runtime's page buffers into its
+    /// arena, as in a process that has run a while (ooode only; None when not asked for).
+    pub arena_settle_secs: Option<f64>,
 }
 
 /// Means over some point lookups of one run (the slowest 5 %, or the clients' first ones),
@@ -396,6 +401,23 @@ async fn sessions(
     Ok(out)
 }
 
+/// The session's `ooode.index_join`, as `SET` takes it.
+fn index_join_setting(ctx: &SessionContext) -> String {
+    use datafusion::config::ExtensionOptions;
+    let state = ctx.state();
+    let entries = state
+        .config_options()
+        .extensions
+        .get::<ooode::config::OoodeConfig>()
+        .map(|c| c.entries())
+        .unwrap_or_default();
+    entries
+        .into_iter()
+        .find(|e| e.key == "ooode.index_join")
+        .and_then(|e| e.value)
+        .unwrap_or_else(|| "auto".into())
+}
+
 /// Runs `clients` clients of `engine` for `secs` seconds from a cold start.
 /// [`run_point`] of a mixed workload; ooode's with fio at depth 64 right before and after.
 async fn run_beside_fio(
@@ -404,6 +426,7 @@ async fn run_beside_fio(
     clients: usize,
     secs: f64,
     ooode_settings: &[String],
+    settle: bool,
 ) -> Result<Run, BoxError> {
     let heap = data.ooode_table("lineitem").join("heap.0.pages");
     let fio = || {
@@ -412,7 +435,7 @@ async fn run_beside_fio(
             .flatten()
     };
     let before = fio();
-    let mut run = run_point(data, engine, clients, secs, ooode_settings, false).await?;
+    let mut run = run_point(data, engine, clients, secs, ooode_settings, false, settle).await?;
     run.point.fio_qd64_beside = before.zip(fio()).map(|(a, b)| (a + b) / 2.0);
     if engine == Engine::Ooode && !run.recorded.is_empty() && crate::iobench::ensure_fio() {
         run.point.fio_replay_qd64 = match crate::iobench::fio_replay_iops(&run.recorded, 64, 3.0) {
@@ -433,6 +456,7 @@ async fn run_point(
     secs: f64,
     ooode_settings: &[String],
     points_only: bool,
+    settle: bool,
 ) -> Result<Run, BoxError> {
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let contexts = sessions(data, engine, clients, ooode_settings).await?;
@@ -442,6 +466,35 @@ async fn run_point(
         query_rows(&contexts[0], &range_sql(1, 1)).await?;
         ooode_providers::ooode_runtime(&contexts[0]).pool().clear();
     }
+    let arena_settle_secs = match (engine, settle) {
+        (Engine::Ooode, true) => {
+            // 5 % of the customers through index joins (`auto` would scan there) reads about
+            // 13 % of the tables' bytes, twice what the pool holds (1/16 of them), so each run
+            // hands the recycler a pool's worth of buffers (1 % read less than the pool).
+            let index_join = index_join_setting(&contexts[0]);
+            run_sql(&contexts[0], "SET ooode.index_join = 'always'").await?;
+            let sql = range_sql(1, (customers / 20).max(1));
+            let settled = settle_buffers(&contexts[0], &sql, Duration::from_secs(600)).await?;
+            run_sql(
+                &contexts[0],
+                &format!("SET ooode.index_join = '{index_join}'"),
+            )
+            .await?;
+            let runtime = ooode_providers::ooode_runtime(&contexts[0]);
+            let arena_regions = runtime.recycler().arena().map_or(0, |a| a.regions());
+            eprintln!(
+                "{:<20} {clients:>3} clients: page buffers settled in the arena first, after {} \
+                 runs ({:.1} s): {} MiB in it, {} MiB outside it",
+                "ooode",
+                settled.runs,
+                settled.secs,
+                (arena_regions * ooode::io::arena::REGION_BYTES) >> 20,
+                settled.outside_bytes >> 20
+            );
+            Some(settled.secs)
+        }
+        _ => None,
+    };
     let pool_budget = (engine == Engine::Ooode)
         .then(|| ooode_providers::ooode_runtime(&contexts[0]).pool().budget());
     drop_os_cache();
@@ -634,6 +687,7 @@ async fn run_point(
             },
             depth,
             operator_tasks,
+            arena_settle_secs,
         },
         results,
         recorded,
@@ -800,6 +854,16 @@ fn print_run(p: &ConcurrencyPoint) {
             "",
             p.device_iops / fio * 100.0
         );
+        // The scheduler merges some adjacent reads into one request: the engine's own page
+        // reads, each like fio's, are the other side of the comparison.
+        if let Some(reads) = p.engine_iops {
+            eprintln!(
+                "{:<20} {c:>3} clients: ooode's page reads {reads:.0} a second, {:.0} % of fio's \
+                 beside the run",
+                "",
+                reads / fio * 100.0
+            );
+        }
     }
     if let Some(replay) = p.fio_replay_qd64 {
         eprintln!(
@@ -899,6 +963,7 @@ pub async fn run(
     secs: f64,
     extra_settings: &[String],
     with_stock: bool,
+    settle: bool,
 ) -> Result<ConcurrencyReport, BoxError> {
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let data_bytes = table_bytes(data);
@@ -928,7 +993,7 @@ pub async fn run(
     for &c in clients {
         let mut runs = Vec::new();
         for &engine in engines {
-            let run = run_beside_fio(data, engine, c, secs, &settings).await?;
+            let run = run_beside_fio(data, engine, c, secs, &settings, settle).await?;
             // The settings given may replace the benchmark's own pool size: report the one in force.
             pool_in_force = pool_in_force.or(run.pool_budget);
             print_run(&run.point);
@@ -941,7 +1006,8 @@ pub async fn run(
             // The same clients with every long query reading at once (turns off).
             let mut all_at_once = settings.clone();
             all_at_once.push("SET ooode.max_long_queries = 0".to_string());
-            let mut run = run_beside_fio(data, Engine::Ooode, c, secs, &all_at_once).await?;
+            let mut run =
+                run_beside_fio(data, Engine::Ooode, c, secs, &all_at_once, settle).await?;
             run.point.workload = NO_TURNS.to_string();
             print_run(&run.point);
             compare(&run, &runs[1]);
@@ -950,7 +1016,7 @@ pub async fn run(
         points.extend(runs.into_iter().map(|r| r.point));
     }
     for &engine in engines {
-        let run = run_point(data, engine, 1, secs, &settings, true).await?;
+        let run = run_point(data, engine, 1, secs, &settings, true, settle).await?;
         eprintln!(
             "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms (planning p50 {:.2} / p99 \
              {:.2} ms)",

@@ -99,7 +99,14 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
     );
     eprintln!("== Many clients at once");
     let clients = [1, 4, 16, 64];
-    let concurrency = runtime.block_on(crate::concurrency::run(data, &clients, 10.0, &[], true))?;
+    let concurrency = runtime.block_on(crate::concurrency::run(
+        data,
+        &clients,
+        10.0,
+        &[],
+        true,
+        true,
+    ))?;
     println!(
         "\nClients at once, SF {sf}, 10 s each from a cold start (ooode auto, one runtime; \
          stock DataFusion on Parquet):\n{}",

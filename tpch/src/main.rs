@@ -126,6 +126,10 @@ enum Command {
         /// ooode's settings.
         #[arg(long)]
         ooode_only: bool,
+        /// Measure each of ooode's runs right after its runtime is made, its page buffers not
+        /// yet settled in the arena (as in a fresh process); by default they are settled first.
+        #[arg(long)]
+        unsettled: bool,
     },
     /// The runtime's ceiling: the Fig. 4 query with pages from the OS cache (CPU per page),
     /// and hot out of order vs in order.
@@ -413,6 +417,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             set,
             json,
             ooode_only,
+            unsettled,
         } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
@@ -435,6 +440,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 seconds,
                 &settings,
                 !ooode_only,
+                !unsettled,
             ))?;
             println!(
                 "Clients at once, TPC-H SF {sf}, {seconds} s each, cold start:\n{}",
