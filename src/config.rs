@@ -168,7 +168,7 @@ pub struct OoodeConfig {
     pub max_outstanding_io_total: usize,
     /// Most reads of local tables at the device at once (0: no limit but the one above);
     /// the others wait in ooode's own queue, ordered by query size, where a small query's
-    /// reads overtake a large one's. Trades throughput for latency: see README.
+    /// reads overtake a large one's. Trades throughput for latency: see docs/log.md.
     pub device_queue_depth: usize,
     /// In order, microseconds a thread polls for its read's completion before it sleeps
     /// (O_DIRECT files; 0: sleep at once).
@@ -229,14 +229,14 @@ impl Default for OoodeConfig {
             max_outstanding_io: 256,
             max_outstanding_io_total: 256,
             // Off: on this project's VM a queue of 64 cut the median latency at 16 clients
-            // by a quarter and cost 6-13 % of the queries per second at 64 (README).
+            // by a quarter and cost 6-13 % of the queries per second at 64 (docs/log.md).
             device_queue_depth: 0,
             // About one read of this project's disk at depth 1: in order at 10 % of Fig. 4
-            // then read ~1.4x the pages per second of sleeping for each read (README).
+            // then read ~1.4x the pages per second of sleeping for each read (docs/log.md).
             in_order_poll_us: crate::io::sync_engine::DEFAULT_POLL_US,
             // Twice the cores: on this project's VM (2 cores), 4 at 64 clients gave the same
             // or more queries per second for ~20 % less CPU per query and half the p99
-            // latency; 2 were too few, 8 no better (README).
+            // latency; 2 were too few, 8 no better (docs/log.md).
             max_long_queries: default_long_queries(),
             // A point lookup (the Fig. 4 chain over one customer) read 20-24 pages in the
             // concurrency benchmark; the other queries of its mix were estimated at a median
@@ -244,10 +244,10 @@ impl Default for OoodeConfig {
             short_query_reads: 256,
             // 64 of the default 256: at 64 clients (SF 1, 2 cores) it cut the point lookups'
             // p99 after the clients' first queries and their reads' time in the kernel, at
-            // the same queries per second; a long query alone does not leave it (README).
+            // the same queries per second; a long query alone does not leave it (docs/log.md).
             short_query_io_reserve_percent: 25,
             // At 64 clients it halved the median latency at the same queries per second
-            // (README); alone, a long query never uses it.
+            // (docs/log.md); alone, a long query never uses it.
             long_queries_idle_priority: true,
             // 0.5 lets the Fig. 4 chain at 0.1 % of customers run on indexes, where it beat
             // the Parquet scans 1.5x cold and 3.5x hot at SF 1 on one SSD and 2 cores.

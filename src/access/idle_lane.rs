@@ -14,7 +14,7 @@
 //! caller's threads have nothing to do, and preempts them the moment a short query's task
 //! wakes. Measured at 64 clients (SF 1, release, 2 cores, alternating with the lane off):
 //! median latency 11.3-13.1 ms against 19.1-24.1, points' reads 1.7-1.8 ms from submission
-//! to use against 3.3-3.5, the same queries per second and points' p99 (README).
+//! to use against 3.3-3.5, the same queries per second and points' p99 (docs/log.md).
 //! A long query alone does not use the lane: its hand-offs to a consumer on other threads
 //! cost a hot Fig. 4 query at 1 % of customers 40 % (28 ms against 20).
 

@@ -14,7 +14,7 @@
 //! query progresses a little at a time, each with tasks in the caller's run queue, which tokio
 //! serves first in, first out. Measured at 64 clients (SF 1, 2 cores), running 4 long
 //! queries at a time, the others waiting, gave the same queries per second for ~20 % less CPU
-//! per query and half the p99 latency (see README).
+//! per query and half the p99 latency (see docs/log.md).
 //!
 //! A task holds its query's slot only while it has reads in flight or about to start
 //! ([`super::Turn`]); one whose output queue is full and whose reads are done lets go, so a

@@ -5,7 +5,7 @@
 //! disk) random 8 KiB O_DIRECT reads at depth 64 ran at 70-73 K IOPS into buffers on huge
 //! pages against 61-64 K into buffers on 4 KiB pages, touched in order or scattered; at 64
 //! clients the device then served ooode at 74-83 % of fio beside it against 66-73 %, and
-//! 13-23 % more queries a second (three pairs, README). The process's huge pages are off
+//! 13-23 % more queries a second (three pairs, docs/log.md). The process's huge pages are off
 //! except where advised
 //! ([`crate::io::buf::huge_pages_only_where_advised`]), and regions are advised.
 //!

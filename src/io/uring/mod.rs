@@ -19,12 +19,12 @@
 //! the engine's [`queue`], smaller queries' reads first.
 //!
 //! Tried and measured (`iobench`, random 8 KiB reads on this project's 2-core VM): see
-//! README's I/O section. Files are registered with the ring (fixed files) where the kernel
+//! README's Status (I/O engines). Files are registered with the ring (fixed files) where the kernel
 //! allows it. Registered (fixed) buffers are an option ([`UringConfig::fixed_buffers`], off by
 //! default): page buffers are then carved from the regions of the recycler's
 //! [`crate::io::arena`], which the rings register, and stay there while the buffer pool holds
 //! the page. They cut the kernel's CPU per read (`iobench`'s `uring regbuf` row), but 64
-//! clients got fewer queries through with them (README, I/O engines).
+//! clients got fewer queries through with them (README, Status: I/O engines).
 
 pub mod queue;
 pub mod reap;
