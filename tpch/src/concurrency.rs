@@ -21,6 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use ooode::access::QueryIo;
 use ooode::exec::{IndexJoinExec, IndexScanExec, OoodeScanExec};
+use ooode::io::IoEngine;
 use ooode::io::metrics::process_cpu_time;
 
 use crate::datagen::DataSet;
@@ -64,8 +65,14 @@ pub struct ConcurrencyPoint {
     /// percentile, milliseconds. Execution is the rest.
     pub point_plan_p50_ms: f64,
     pub point_plan_p99_ms: f64,
-    /// Reads per second the device completed (all readers of the machine).
+    /// Reads per second the device completed (all readers of the machine) until the
+    /// deadline, when the clients stop starting queries; the other device and engine rates
+    /// and the depth are taken over the same seconds.
     pub device_iops: f64,
+    /// The same until the last query finished, `drain_secs` after the deadline.
+    pub device_iops_with_drain: f64,
+    /// Seconds from the deadline until the last query finished.
+    pub drain_secs: f64,
     /// Mean milliseconds a read spent in the kernel (the I/O scheduler's queue and the
     /// device), and mean I/Os in the kernel over the run (`/proc/diskstats`; None where it
     /// could not be read). Against fio's on the same disk they tell reads the engine keeps
@@ -499,26 +506,6 @@ async fn run_point(
         .then(|| ooode_providers::ooode_runtime(&contexts[0]).pool().budget());
     drop_os_cache();
     let heap = data.ooode_table("lineitem");
-    // Reads, reads queued for the device, their time queued, their time until reaped
-    // (nanoseconds).
-    let ooode_reads = || {
-        (engine == Engine::Ooode).then(|| {
-            ooode_providers::ooode_runtime(&contexts[0])
-                .engines()
-                .iter()
-                .map(|e| e.metrics().snapshot())
-                .fold((0u64, 0u64, 0u128, 0u128), |(r, q, t, d), s| {
-                    let d = d + s.read_time.as_nanos();
-                    (r + s.reads, q + s.queued, t + s.queue_time.as_nanos(), d)
-                })
-        })
-    };
-    let sampler = match engine {
-        Engine::Ooode => Some(DepthSampler::start(ooode_providers::ooode_runtime(
-            &contexts[0],
-        ))?),
-        Engine::Parquet => None,
-    };
     let engines = match engine {
         Engine::Ooode => ooode_providers::ooode_runtime(&contexts[0]).engines(),
         Engine::Parquet => Vec::new(),
@@ -533,9 +520,35 @@ async fn run_point(
             .then(|| ooode_providers::ooode_runtime(&contexts[0]).operator_tasks())
     };
     let tasks0 = operator_tasks();
-    let (dev0, cpu0, reads0) = (DiskCounters::of(&heap), process_cpu_time(), ooode_reads());
+    let ooode_reads = |engines: &[Arc<dyn IoEngine>]| {
+        (engine == Engine::Ooode).then(|| EngineTotals::of(engines))
+    };
+    let (dev0, cpu0, reads0) = (
+        DiskCounters::of(&heap),
+        process_cpu_time(),
+        ooode_reads(&engines),
+    );
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
+    let sampler = match engine {
+        Engine::Ooode => Some(DepthSampler::start(
+            ooode_providers::ooode_runtime(&contexts[0]),
+            deadline,
+        )?),
+        Engine::Parquet => None,
+    };
+    // The device's and the engines' counts are read again at the deadline, when clients
+    // stop starting queries: the last ones' drain after it (up to a long query's second)
+    // feeds the device less and would count against it.
+    let at_deadline = {
+        let (heap, engines) = (heap.clone(), engines.clone());
+        let totals = (engine == Engine::Ooode).then_some(());
+        std::thread::spawn(move || {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            let reads = totals.map(|_| EngineTotals::of(&engines));
+            (DiskCounters::of(&heap), reads, Instant::now())
+        })
+    };
     let mut tasks = Vec::new();
     for (client, ctx) in contexts.iter().cloned().enumerate() {
         tasks.push(tokio::spawn(async move {
@@ -611,16 +624,24 @@ async fn run_point(
         false => engines.iter().flat_map(|e| e.recorded_reads()).collect(),
     };
     let depth = sampler.and_then(DepthSampler::finish);
-    let disk = match (dev0, DiskCounters::of(&heap)) {
-        (Some(a), Some(b)) => Some(b.since(&a, elapsed)),
+    let (dev_at, reads_at, at) = at_deadline
+        .join()
+        .map_err(|_| "the thread reading the counters at the deadline panicked")?;
+    let window = (at - start).as_secs_f64();
+    let disk = match (dev0, dev_at) {
+        (Some(a), Some(b)) => Some(b.since(&a, window)),
         _ => None,
     };
     let device = disk.map_or(0.0, |d| d.iops);
-    let engine_reads = match (reads0, ooode_reads()) {
-        (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2, b.3 - a.3)),
+    let device_iops_with_drain = match (dev0, DiskCounters::of(&heap)) {
+        (Some(a), Some(b)) => b.since(&a, elapsed).iops,
+        _ => 0.0,
+    };
+    let engine_reads = match (reads0, reads_at) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
         _ => None,
     };
-    let engine_iops = engine_reads.map(|(reads, ..)| reads as f64 / elapsed);
+    let engine_iops = engine_reads.map(|(reads, ..)| reads as f64 / window);
     let operator_tasks = tasks0
         .zip(operator_tasks())
         .map(|(a, b)| ooode::access::OperatorTasks {
@@ -659,6 +680,8 @@ async fn run_point(
             point_plan_p50_ms: percentile(&point_plans, 0.5),
             point_plan_p99_ms: percentile(&point_plans, 0.99),
             device_iops: device,
+            device_iops_with_drain,
+            drain_secs: elapsed - window,
             disk_read_ms: disk.and_then(|d| d.read_ms),
             disk_depth: disk.and_then(|d| d.depth),
             disk_read_kib: disk.and_then(|d| d.read_kib),
@@ -693,6 +716,33 @@ async fn run_point(
         recorded,
         pool_budget,
     })
+}
+
+/// ooode's engines' counts: reads, reads queued for the device, their time queued (ns), their
+/// time until reaped (ns).
+#[derive(Debug, Clone, Copy)]
+struct EngineTotals(u64, u64, u128, u128);
+
+impl EngineTotals {
+    fn of(engines: &[Arc<dyn IoEngine>]) -> Self {
+        engines.iter().map(|e| e.metrics().snapshot()).fold(
+            Self(0, 0, 0, 0),
+            |Self(r, q, t, d), s| {
+                let d = d + s.read_time.as_nanos();
+                Self(r + s.reads, q + s.queued, t + s.queue_time.as_nanos(), d)
+            },
+        )
+    }
+
+    /// Counts from `before` to `self`.
+    fn since(&self, before: &Self) -> (u64, u64, u128, u128) {
+        (
+            self.0 - before.0,
+            self.1 - before.1,
+            self.2 - before.2,
+            self.3 - before.3,
+        )
+    }
 }
 
 /// Reads of finished queries and their time from submission until used, summed.
@@ -853,6 +903,14 @@ fn print_run(p: &ConcurrencyPoint) {
             "{:<20} {c:>3} clients: fio at depth 64 beside the run {fio:.0} IOPS (device at {:.0} %)",
             "",
             p.device_iops / fio * 100.0
+        );
+        eprintln!(
+            "{:<20} {c:>3} clients: device until the deadline; with the last queries' {:.2} s \
+             after it {:.0} IOPS ({:.0} % of fio)",
+            "",
+            p.drain_secs,
+            p.device_iops_with_drain,
+            p.device_iops_with_drain / fio * 100.0
         );
         // The scheduler merges some adjacent reads into one request: the engine's own page
         // reads, each like fio's, are the other side of the comparison.

@@ -9,7 +9,7 @@
 //! on this disk, so below `SHALLOW` the device is surely underfed.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ooode::access::OoodeRuntime;
 use ooode::io::metrics::SamplingThread;
@@ -50,15 +50,16 @@ impl Depth {
     }
 }
 
-/// Samples a runtime until finished.
+/// Samples a runtime until finished; the summary keeps the samples taken before a deadline.
 pub struct DepthSampler {
-    thread: SamplingThread<(u64, u64)>,
+    thread: SamplingThread<(u64, u64, bool)>,
     runtime: Arc<OoodeRuntime>,
 }
 
 impl DepthSampler {
-    /// Starts sampling `runtime`.
-    pub fn start(runtime: Arc<OoodeRuntime>) -> std::io::Result<Self> {
+    /// Starts sampling `runtime`; samples from `until` on are left out of the summary (a run's
+    /// last queries finishing after its clients stopped starting new ones).
+    pub fn start(runtime: Arc<OoodeRuntime>, until: Instant) -> std::io::Result<Self> {
         let rt = runtime.clone();
         let thread = SamplingThread::start("depth-sampler", INTERVAL, move || {
             let in_flight = rt
@@ -66,14 +67,18 @@ impl DepthSampler {
                 .iter()
                 .map(|e| e.metrics().snapshot_in_flight())
                 .sum();
-            (in_flight, rt.admission().in_use() as u64)
+            let before = Instant::now() < until;
+            (in_flight, rt.admission().in_use() as u64, before)
         })?;
         Ok(Self { thread, runtime })
     }
 
     /// Stops sampling; the summary (None if the sampling thread failed).
     pub fn finish(self) -> Option<Depth> {
-        let samples = self.thread.finish()?;
+        let samples: Vec<(u64, u64)> = (self.thread.finish()?.into_iter())
+            .filter(|s| s.2)
+            .map(|s| (s.0, s.1))
+            .collect();
         Some(Depth::of(&samples, self.runtime.admission().cap()))
     }
 }
