@@ -103,6 +103,8 @@ impl SyncEngine {
                     ) => {}
                 Err(e) => {
                     guard.finish(None);
+                    // The buffer serves the next read (and is no longer counted alive).
+                    self.recycler.put(buf);
                     return Err(StorageError::io(
                         &path,
                         format!("read {len} bytes at offset {offset}"),
@@ -113,6 +115,7 @@ impl SyncEngine {
         }
         if done < len {
             guard.finish(None);
+            self.recycler.put(buf);
             return Err(short_read(&path, offset, len, done));
         }
         guard.finish(Some(len));
@@ -199,5 +202,15 @@ mod tests {
         let recycler = Recycler::new(1 << 20);
         let a = SyncEngine::with_recycler(false, recycler.clone());
         assert!(Arc::ptr_eq(&a.recycler, &recycler));
+        // A failed read gives its buffer back.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pages");
+        std::fs::write(&path, vec![7u8; 4096]).unwrap();
+        let file = a.open(&path).unwrap();
+        assert!(a.read_now(file, 0, 8192).is_err(), "a short read");
+        assert_eq!(recycler.free_bytes(), 8192, "the buffer came back");
+        assert_eq!(recycler.own_bytes(), 8192, "one buffer alive, free");
+        let page = a.read_now(file, 0, 4096).unwrap();
+        assert_eq!(&page[..], &[7u8; 4096][..]);
     }
 }
