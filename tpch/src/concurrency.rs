@@ -408,23 +408,6 @@ async fn sessions(
     Ok(out)
 }
 
-/// The session's `ooode.index_join`, as `SET` takes it.
-fn index_join_setting(ctx: &SessionContext) -> String {
-    use datafusion::config::ExtensionOptions;
-    let state = ctx.state();
-    let entries = state
-        .config_options()
-        .extensions
-        .get::<ooode::config::OoodeConfig>()
-        .map(|c| c.entries())
-        .unwrap_or_default();
-    entries
-        .into_iter()
-        .find(|e| e.key == "ooode.index_join")
-        .and_then(|e| e.value)
-        .unwrap_or_else(|| "auto".into())
-}
-
 /// Runs `clients` clients of `engine` for `secs` seconds from a cold start.
 /// [`run_point`] of a mixed workload; ooode's with fio at depth 64 right before and after.
 async fn run_beside_fio(
@@ -478,7 +461,8 @@ async fn run_point(
             // 5 % of the customers through index joins (`auto` would scan there) reads about
             // 13 % of the tables' bytes, twice what the pool holds (1/16 of them), so each run
             // hands the recycler a pool's worth of buffers (1 % read less than the pool).
-            let index_join = index_join_setting(&contexts[0]);
+            let index_join =
+                ooode_providers::provider::ooode_config(&contexts[0].state()).index_join;
             run_sql(&contexts[0], "SET ooode.index_join = 'always'").await?;
             let sql = range_sql(1, (customers / 20).max(1));
             let settled = settle_buffers(&contexts[0], &sql, Duration::from_secs(600)).await?;
@@ -520,7 +504,8 @@ async fn run_point(
             .then(|| ooode_providers::ooode_runtime(&contexts[0]).operator_tasks())
     };
     let tasks0 = operator_tasks();
-    let ooode_reads = |engines: &[Arc<dyn IoEngine>]| {
+    // By value: the thread reading the counts at the deadline takes it too.
+    let ooode_reads = move |engines: &[Arc<dyn IoEngine>]| {
         (engine == Engine::Ooode).then(|| EngineTotals::of(engines))
     };
     let (dev0, cpu0, reads0) = (
@@ -542,11 +527,13 @@ async fn run_point(
     // feeds the device less and would count against it.
     let at_deadline = {
         let (heap, engines) = (heap.clone(), engines.clone());
-        let totals = (engine == Engine::Ooode).then_some(());
         std::thread::spawn(move || {
             std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-            let reads = totals.map(|_| EngineTotals::of(&engines));
-            (DiskCounters::of(&heap), reads, Instant::now())
+            (
+                DiskCounters::of(&heap),
+                ooode_reads(&engines),
+                Instant::now(),
+            )
         })
     };
     let mut tasks = Vec::new();
