@@ -2,9 +2,9 @@
 //! per core.
 //!
 //! Design ([`ring`]): an engine has several rings (one per core by default); a read goes to
-//! the ring of the CPU its thread runs on, so threads running at the same time (tokio workers,
-//! idle-lane threads) push into rings of their own and never wait for each other's
-//! submissions. A read is pushed into its ring when its future is
+//! the ring of the CPU its thread runs on ([`choice`]), so threads running at the same time
+//! (tokio workers, idle-lane threads) push into rings of their own and never wait for each
+//! other's submissions. A read is pushed into its ring when its future is
 //! first polled; inside a submission batch ([`crate::io::batch`], opened by the operators
 //! around each poll of their read steps) the kernel is entered once for the whole batch,
 //! otherwise at once. Completions are taken ([`reap`]) by a task on the tokio reactor of the
@@ -27,6 +27,7 @@
 //! the page. They cut the kernel's CPU per read (`iobench`'s `uring regbuf` row), but 64
 //! clients got fewer queries through with them (README, Status: I/O engines).
 
+pub mod choice;
 pub mod queue;
 pub mod reap;
 pub mod request;
@@ -37,12 +38,13 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
 use std::task::{Context, Poll};
 
 use futures::FutureExt;
 use futures::channel::oneshot;
 
+use self::choice::RingChoice;
 use self::queue::{DeviceQueue, Queued};
 use self::reap::Reaper;
 use self::request::ReadOp;
@@ -117,6 +119,7 @@ impl Default for UringConfig {
 /// Page reads through io_uring.
 pub struct UringEngine {
     rings: Box<[Arc<Ring>]>,
+    choice: RingChoice,
     files: Arc<FileTable>,
     use_fixed: Arc<AtomicBool>,
     recycler: Arc<Recycler>,
@@ -135,31 +138,6 @@ impl std::fmt::Debug for UringEngine {
             .field("rings", &self.rings.len())
             .finish_non_exhaustive()
     }
-}
-
-/// The ring for a read started now: the one of the CPU the thread runs on, so that threads
-/// running at the same time never share a ring (its submission lock, and the completion queue
-/// a submitter reaps in passing). Numbering threads as they first read (as before) let, at 64
-/// clients, the main thread, a tokio worker and an idle-lane thread share ring 0 while the
-/// other worker and idle-lane thread shared ring 1. Where the CPU is unknown, threads take
-/// rings in turn as they first read.
-fn ring_index(rings: usize) -> usize {
-    // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's CPU (glibc
-    // reads it from the thread's rseq area, without a system call).
-    let cpu = unsafe { libc::sched_getcpu() };
-    match usize::try_from(cpu) {
-        Ok(cpu) => cpu % rings,
-        Err(_) => thread_slot() % rings,
-    }
-}
-
-/// Threads numbered as they first ask (see [`ring_index`]).
-fn thread_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Relaxed);
-    }
-    SLOT.with(|s| *s)
 }
 
 impl UringEngine {
@@ -223,6 +201,7 @@ impl UringEngine {
             }
         }
         Ok(Self {
+            choice: RingChoice::new(built.len()),
             rings: built.into_boxed_slice(),
             files,
             use_fixed,
@@ -308,7 +287,7 @@ impl IoEngine for UringEngine {
         if let Some(log) = self.log.get() {
             log.note(file, offset, len);
         }
-        let ring = self.rings[ring_index(self.rings.len())].clone();
+        let ring = self.rings[self.choice.ring()].clone();
         Box::pin(UringRead {
             state: ReadState::Start {
                 ring,
@@ -491,41 +470,6 @@ mod tests {
         .expect("io_uring is required by this test (kernel support, not blocked by seccomp)");
         assert_eq!(engine.rings(), 3);
         assert!(Arc::ptr_eq(engine.recycler(), &recycler));
-    }
-
-    /// A thread moved from CPU to CPU sends its reads to each CPU's ring in turn.
-    #[test]
-    fn a_read_goes_to_the_ring_of_its_cpu() {
-        std::thread::spawn(|| {
-            let size = std::mem::size_of::<libc::cpu_set_t>();
-            // SAFETY: cpu_set_t is a plain bit set; all zeroes is the empty set.
-            let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: `allowed` is a cpu_set_t of `size` bytes, written by the call only.
-            let got = unsafe { libc::sched_getaffinity(0, size, &mut allowed) };
-            assert_eq!(got, 0, "sched_getaffinity");
-            let mut moved = 0;
-            for cpu in 0..libc::CPU_SETSIZE as usize {
-                // SAFETY: `cpu` is below CPU_SETSIZE, within the set's bits.
-                if !unsafe { libc::CPU_ISSET(cpu, &allowed) } {
-                    continue;
-                }
-                // SAFETY: as above, for a set of one CPU.
-                let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                // SAFETY: `cpu` is below CPU_SETSIZE.
-                unsafe { libc::CPU_SET(cpu, &mut one) };
-                // SAFETY: `one` is a valid cpu_set_t of `size` bytes; this pins only the
-                // calling thread, a thread of this test's own.
-                let pinned = unsafe { libc::sched_setaffinity(0, size, &one) };
-                assert_eq!(pinned, 0, "sched_setaffinity to CPU {cpu}");
-                for rings in [1, 2, 3] {
-                    assert_eq!(ring_index(rings), cpu % rings, "CPU {cpu}, {rings} rings");
-                }
-                moved += 1;
-            }
-            assert!(moved > 0, "the thread may run on no CPU");
-        })
-        .join()
-        .unwrap();
     }
 
     /// Reads `pages` pages of 8 KiB (page i filled with byte i % 251) through `engine`, all
