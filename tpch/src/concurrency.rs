@@ -628,7 +628,7 @@ async fn run_point(
         (Some(a), Some(b)) => Some(b.since(&a)),
         _ => None,
     };
-    let engine_iops = engine_reads.map(|(reads, ..)| reads as f64 / window);
+    let engine_iops = engine_reads.map(|t| t.reads as f64 / window);
     let operator_tasks = tasks0
         .zip(operator_tasks())
         .map(|(a, b)| ooode::access::OperatorTasks {
@@ -636,13 +636,12 @@ async fn run_point(
             long_on_caller: b.long_on_caller - a.long_on_caller,
             long_on_idle_lane: b.long_on_idle_lane - a.long_on_idle_lane,
         });
-    let device_queued_share =
-        engine_reads.map(|(reads, queued, ..)| queued as f64 / reads.max(1) as f64);
+    let device_queued_share = engine_reads.map(|t| t.queued as f64 / t.reads.max(1) as f64);
     let device_queue_ms =
-        engine_reads.map(|(_, queued, nanos, _)| nanos as f64 / 1e6 / queued.max(1) as f64);
+        engine_reads.map(|t| t.queued_nanos as f64 / 1e6 / t.queued.max(1) as f64);
     let reaped_read_ms = engine_reads
-        .filter(|r| r.0 > 0)
-        .map(|(reads, _, _, nanos)| nanos as f64 / 1e6 / reads as f64);
+        .filter(|t| t.reads > 0)
+        .map(|t| t.reaped_nanos as f64 / 1e6 / t.reads as f64);
     latencies.sort_by(f64::total_cmp);
     point_latencies.sort_by(f64::total_cmp);
     later_point_latencies.sort_by(f64::total_cmp);
@@ -705,30 +704,44 @@ async fn run_point(
     })
 }
 
-/// ooode's engines' counts: reads, reads queued for the device, their time queued (ns), their
-/// time until reaped (ns).
+/// ooode's engines' counts over all their reads.
 #[derive(Debug, Clone, Copy)]
-struct EngineTotals(u64, u64, u128, u128);
+struct EngineTotals {
+    reads: u64,
+    /// Reads that waited in the engine's device queue, and their time there (ns).
+    queued: u64,
+    queued_nanos: u128,
+    /// Reads' time from submission until reaped (ns).
+    reaped_nanos: u128,
+}
 
 impl EngineTotals {
     fn of(engines: &[Arc<dyn IoEngine>]) -> Self {
-        engines.iter().map(|e| e.metrics().snapshot()).fold(
-            Self(0, 0, 0, 0),
-            |Self(r, q, t, d), s| {
-                let d = d + s.read_time.as_nanos();
-                Self(r + s.reads, q + s.queued, t + s.queue_time.as_nanos(), d)
-            },
-        )
+        let zero = Self {
+            reads: 0,
+            queued: 0,
+            queued_nanos: 0,
+            reaped_nanos: 0,
+        };
+        engines
+            .iter()
+            .map(|e| e.metrics().snapshot())
+            .fold(zero, |t, s| Self {
+                reads: t.reads + s.reads,
+                queued: t.queued + s.queued,
+                queued_nanos: t.queued_nanos + s.queue_time.as_nanos(),
+                reaped_nanos: t.reaped_nanos + s.read_time.as_nanos(),
+            })
     }
 
     /// Counts from `before` to `self`.
-    fn since(&self, before: &Self) -> (u64, u64, u128, u128) {
-        (
-            self.0 - before.0,
-            self.1 - before.1,
-            self.2 - before.2,
-            self.3 - before.3,
-        )
+    fn since(&self, before: &Self) -> Self {
+        Self {
+            reads: self.reads - before.reads,
+            queued: self.queued - before.queued,
+            queued_nanos: self.queued_nanos - before.queued_nanos,
+            reaped_nanos: self.reaped_nanos - before.reaped_nanos,
+        }
     }
 }
 

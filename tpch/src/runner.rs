@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -110,7 +110,7 @@ pub async fn run_sql(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>
 pub async fn timed_rows(
     ctx: &SessionContext,
     sql: &str,
-    limit: std::time::Duration,
+    limit: Duration,
 ) -> Result<(Option<f64>, Vec<String>), BoxError> {
     let start = Instant::now();
     match tokio::time::timeout(limit, query_rows(ctx, sql)).await {
@@ -140,9 +140,8 @@ pub struct Settled {
 pub async fn settle_buffers(
     ctx: &SessionContext,
     sql: &str,
-    limit: std::time::Duration,
+    limit: Duration,
 ) -> Result<Settled, BoxError> {
-    use std::time::Duration;
     let runtime = ooode_providers::ooode_runtime(ctx);
     let (pool, recycler) = (runtime.pool(), runtime.recycler());
     let start = Instant::now();
@@ -198,7 +197,7 @@ fn runs_for(secs: f64) -> usize {
 pub async fn hot_rows(
     ctx: &SessionContext,
     sql: &str,
-    limit: std::time::Duration,
+    limit: Duration,
 ) -> Result<Measured, BoxError> {
     let Some(warm) = timed_rows(ctx, sql, limit).await?.0 else {
         return Ok(Measured::timed_out(1));
@@ -247,7 +246,7 @@ impl Measured {
 pub async fn cold_rows(
     ctx: &SessionContext,
     sql: &str,
-    limit: std::time::Duration,
+    limit: Duration,
     empty_caches: &dyn Fn(),
     repeat: bool,
 ) -> Result<Measured, BoxError> {
@@ -336,7 +335,7 @@ pub async fn contexts(data: &DataSet) -> Result<(SessionContext, SessionContext)
 }
 
 /// Time limit of one run of a TPC-H query.
-const QUERY_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+const QUERY_LIMIT: Duration = Duration::from_secs(600);
 
 /// Runs the queries `numbers` (all 22 when empty) found in `queries_dir` (q1.sql ...
 /// q22.sql) on both engines.
