@@ -221,7 +221,7 @@ impl QueryIo {
     /// Notes a read about to be issued by the node counting in `counters`: overlapped if
     /// another node of the query has a read in flight.
     pub fn note_read(&self, counters: &Counters) {
-        let node = counters.node.as_ref().map_or(0, |m| m.snapshot_in_flight());
+        let node = counters.node().map_or(0, |m| m.snapshot_in_flight());
         if self.metrics.snapshot_in_flight() > node {
             self.overlapped.fetch_add(1, Relaxed);
         }

@@ -30,53 +30,61 @@ use super::admission::Share;
 /// The I/O counters a read is counted in: a plan node's and its query's (either may be
 /// absent, for tools and tests); and the query's share of admission, whose size class orders
 /// the read in the device's queue (absent: first class, as for the optimizer's counts).
+///
+/// Held behind one reference count of their own: each partition of a plan node makes its
+/// own, so a read that keeps a copy touches a count only its core uses, not the node's and
+/// the query's, which every read of every core would pass back and forth.
 #[derive(Debug, Clone, Default)]
-pub struct Counters {
-    /// The plan node's counters.
-    pub node: Option<Arc<IoMetrics>>,
-    /// The query's counters.
-    pub query: Option<Arc<IoMetrics>>,
-    /// The query's share of admission.
-    pub share: Option<Arc<Share>>,
+pub struct Counters(Arc<Targets>);
+
+#[derive(Debug, Default)]
+struct Targets {
+    node: Option<Arc<IoMetrics>>,
+    query: Option<Arc<IoMetrics>>,
+    share: Option<Arc<Share>>,
 }
 
 impl Counters {
     /// Counting in `node` and `query`.
     pub fn new(node: Arc<IoMetrics>, query: Arc<IoMetrics>) -> Self {
-        Self {
+        Self(Arc::new(Targets {
             node: Some(node),
             query: Some(query),
             share: None,
-        }
+        }))
     }
 
     /// The same, ordering reads at the device by `share`'s size class.
     pub fn in_class_of(self, share: Arc<Share>) -> Self {
-        Self {
+        Self(Arc::new(Targets {
+            node: self.0.node.clone(),
+            query: self.0.query.clone(),
             share: Some(share),
-            ..self
-        }
+        }))
     }
 
     /// The size class reads are queued in at the device.
     fn class(&self) -> usize {
-        self.share.as_ref().map_or(0, |s| s.class())
+        self.0.share.as_ref().map_or(0, |s| s.class())
     }
 
     /// Counting in `metrics` only.
     pub fn one(metrics: Arc<IoMetrics>) -> Self {
-        Self {
+        Self(Arc::new(Targets {
             node: Some(metrics),
             query: None,
             share: None,
-        }
+        }))
     }
 
-    /// Counts a read as started; the guard counts it done. Takes the counters: a read's
-    /// closure owns a copy of them, and each reference count taken is a locked instruction on
-    /// a line every read of both cores writes.
-    fn start(self) -> ReadGuard {
-        ReadGuard::start([self.node, self.query])
+    /// The plan node's counters.
+    pub fn node(&self) -> Option<&Arc<IoMetrics>> {
+        self.0.node.as_ref()
+    }
+
+    /// Counts a read as started; the guard counts it done.
+    fn start(&self) -> ReadGuard<&IoMetrics> {
+        ReadGuard::start([self.0.node.as_deref(), self.0.query.as_deref()])
     }
 
     /// Counts a page found without a read.
@@ -87,7 +95,7 @@ impl Counters {
     /// Counts `n` pages found without a read.
     pub fn hits(&self, n: u64) {
         if n > 0 {
-            self.node.iter().chain(&self.query).for_each(|m| m.hits(n));
+            (self.0.node.iter().chain(&self.0.query)).for_each(|m| m.hits(n));
         }
     }
 }
@@ -856,13 +864,9 @@ impl TableIo {
         let len = seg.striping.page_size;
         let engine = self.engine.clone();
         let path = seg.paths[path_idx].clone();
-        // The query's share stays out of the closure: one less shared count touched per read.
         let class = counters.class();
-        let counting = Counters {
-            node: counters.node.clone(),
-            query: counters.query.clone(),
-            share: None,
-        };
+        // The partition's own count (see `Counters`).
+        let counting = counters.clone();
         // Builds the read, which the pool may do under a lock: it is counted as started at its
         // first poll.
         let load = move || {

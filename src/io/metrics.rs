@@ -1,5 +1,6 @@
 //! I/O counters: per engine, per query or per plan node, and a sampler of IOPS and CPU over time.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -161,17 +162,23 @@ impl IoMetrics {
 
 /// An outstanding read, counted in up to two sets of counters (say a node's and a query's)
 /// and timed once for both; dropping it completes the read in them.
+///
+/// It holds the counters as `M`: shared (`Arc`, for a read that outlives its caller) or
+/// borrowed (from a future that owns them).
 #[derive(Debug)]
-pub struct ReadGuard {
-    metrics: [Option<Arc<IoMetrics>>; 2],
+pub struct ReadGuard<M: Borrow<IoMetrics> = Arc<IoMetrics>> {
+    metrics: [Option<M>; 2],
     /// None when nothing counts the read (no clock read then).
     started: Option<Instant>,
 }
 
-impl ReadGuard {
+impl<M: Borrow<IoMetrics>> ReadGuard<M> {
     /// Marks a read as issued in each of `metrics`.
-    pub fn start(metrics: [Option<Arc<IoMetrics>>; 2]) -> Self {
-        metrics.iter().flatten().for_each(|m| m.note_start());
+    pub fn start(metrics: [Option<M>; 2]) -> Self {
+        metrics
+            .iter()
+            .flatten()
+            .for_each(|m| m.borrow().note_start());
         let started = metrics.iter().any(Option::is_some).then(Instant::now);
         Self { metrics, started }
     }
@@ -179,7 +186,7 @@ impl ReadGuard {
     /// Completes the read: `Some(bytes)` on success, None on failure.
     pub fn finish(self, bytes: Option<usize>) {
         for m in self.metrics.iter().flatten() {
-            let stripe = m.stripe();
+            let stripe = m.borrow().stripe();
             match bytes {
                 Some(b) => stripe.bytes.fetch_add(b as u64, Relaxed),
                 None => stripe.errors.fetch_add(1, Relaxed),
@@ -188,7 +195,7 @@ impl ReadGuard {
     }
 }
 
-impl Drop for ReadGuard {
+impl<M: Borrow<IoMetrics>> Drop for ReadGuard<M> {
     fn drop(&mut self) {
         let Some(started) = self.started else {
             return;
@@ -197,7 +204,7 @@ impl Drop for ReadGuard {
         self.metrics
             .iter()
             .flatten()
-            .for_each(|m| m.note_end(nanos));
+            .for_each(|m| m.borrow().note_end(nanos));
     }
 }
 

@@ -204,6 +204,11 @@ enum Work {
     Finish(u64),
 }
 
+struct Fetch {
+    inner: Arc<InnerSide>,
+    steps: StepCtx,
+}
+
 struct Join {
     spec: OutputSpec,
     inner: Arc<InnerSide>,
@@ -215,6 +220,9 @@ struct Join {
     probes: HashMap<u64, Probe>,
     next_id: u64,
     jobs: FuturesUnordered<BoxFuture<'static, Job>>,
+    /// What a page fetch needs, under one count of this partition's own: a fetch taking
+    /// `inner` and `steps` apart would touch counts every partition of the query shares.
+    fetch: Arc<Fetch>,
     /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
     /// several probes need is read and decoded once.
     pages: HashMap<u64, Vec<(u64, Vec<u16>)>>,
@@ -242,7 +250,12 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         limits,
         memory,
     } = work;
+    let fetch = Arc::new(Fetch {
+        inner: inner.clone(),
+        steps: steps.clone(),
+    });
     let mut join = Join {
+        fetch,
         spec: output,
         inner,
         keys,
@@ -602,11 +615,12 @@ impl Join {
                 self.ready.push_back((page_no, page));
                 continue;
             }
-            let (inner, steps) = (self.inner.clone(), self.steps.clone());
+            let fetch = self.fetch.clone();
             self.jobs.push(
                 async move {
                     let rows = async {
-                        let held = missing_heap_page(&inner.table, page_no, &steps).await?;
+                        let (inner, steps) = (&fetch.inner, &fetch.steps);
+                        let held = missing_heap_page(&inner.table, page_no, steps).await?;
                         // Probes take a few rows of the page (copied into the output).
                         decode_page_shared(&inner.table, page_no, &held.page, &inner.decode_columns)
                     }
