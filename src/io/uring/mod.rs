@@ -22,10 +22,10 @@
 //! Tried and measured (`iobench`, random 8 KiB reads on this project's 2-core VM): see
 //! README's Status (I/O engines). Files are registered with the ring (fixed files) where the kernel
 //! allows it. Registered (fixed) buffers are an option ([`UringConfig::fixed_buffers`], off by
-//! default): page buffers are then carved from the regions of the recycler's
-//! [`crate::io::arena`], which the rings register, and stay there while the buffer pool holds
-//! the page. They cut the kernel's CPU per read (`iobench`'s `uring regbuf` row), but 64
-//! clients got fewer queries through with them (README, Status: I/O engines).
+//! default, on in the runtime's engines): page buffers are then carved from the regions of the
+//! recycler's [`crate::io::arena`], which the rings register, and stay there while the buffer
+//! pool holds the page. They cut the kernel's CPU per read (`iobench`'s `uring regbuf` row;
+//! README, Status: I/O engines).
 
 pub mod choice;
 pub mod queue;
@@ -86,7 +86,8 @@ pub struct UringConfig {
     /// nothing counted).
     pub device_queue_depth: usize,
     /// Read into buffers registered with the rings (the recycler's arena, see
-    /// [`Recycler::with_arena`]), where the kernel allows it. Off by default.
+    /// [`Recycler::with_arena`]), where the kernel allows it. Off by default (the runtime's
+    /// engines turn it on, [`crate::io::default_engine`]).
     pub fixed_buffers: bool,
     /// The kernel posts a read's completion when the thread that submitted it next enters
     /// the kernel (or returns from an interrupt), instead of interrupting it at once
