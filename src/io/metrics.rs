@@ -81,10 +81,7 @@ impl IoMetrics {
 
     /// The stripe of the core this thread runs on.
     fn stripe(&self) -> &Stripe {
-        // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's CPU
-        // (from its rseq area, without a system call); -1 (unknown) maps to a stripe too.
-        let cpu = unsafe { libc::sched_getcpu() };
-        &self.stripes[cpu as usize % STRIPES]
+        &self.stripes[crate::io::cpus::current_cpu().unwrap_or(0) % STRIPES]
     }
 
     /// A counter summed over the stripes.
@@ -338,27 +335,9 @@ mod tests {
     /// turn, add up over the stripes; the reads in flight return to zero.
     #[test]
     fn counts_from_every_core_add_up() {
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| {
-                // SAFETY: a zeroed cpu_set_t is the empty set; sched_getaffinity writes it.
-                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                let size = std::mem::size_of::<libc::cpu_set_t>();
-                // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
-                unsafe {
-                    libc::sched_getaffinity(0, size, &mut set) == 0 && libc::CPU_ISSET(c, &set)
-                }
-            })
-            .collect();
+        use crate::io::cpus::{allowed_cpus, pin};
+        let cpus = allowed_cpus();
         assert!(!cpus.is_empty(), "no CPU allowed");
-        let pin = |cpu: usize| {
-            // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET adds one CPU to it.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: `cpu` is below CPU_SETSIZE (it came from the allowed set).
-            unsafe { libc::CPU_SET(cpu, &mut set) };
-            let size = std::mem::size_of::<libc::cpu_set_t>();
-            // SAFETY: pins the calling thread to one allowed CPU.
-            assert_eq!(unsafe { libc::sched_setaffinity(0, size, &set) }, 0);
-        };
         let m = IoMetrics::new();
         let per_cpu = 100u64;
         let guards: Vec<ReadGuard> = std::thread::scope(|scope| {

@@ -22,6 +22,7 @@
 pub mod arena;
 pub mod batch;
 pub mod buf;
+pub mod cpus;
 pub mod disk_cache;
 pub mod fault;
 pub mod files;

@@ -13,6 +13,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use crate::io::cpus::{allowed_cpus, current_cpu};
+
 /// How reads are spread over `rings` rings.
 #[derive(Debug)]
 pub struct RingChoice {
@@ -47,9 +49,7 @@ impl RingChoice {
     /// The ring for a read started now by this thread.
     pub fn ring(&self) -> usize {
         if let Some(table) = &self.by_cpu {
-            // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's CPU.
-            let cpu = unsafe { libc::sched_getcpu() };
-            let ring = usize::try_from(cpu).ok().and_then(|c| table.get(c));
+            let ring = current_cpu().and_then(|c| table.get(c));
             if let Some(&ring) = ring.filter(|&&r| r != NONE) {
                 return usize::from(ring);
             }
@@ -68,37 +68,10 @@ fn thread_slot() -> usize {
     SLOT.with(|s| *s)
 }
 
-/// The CPUs the calling thread may run on, in increasing order (empty if unknown).
-fn allowed_cpus() -> Vec<usize> {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is a plain bit set; all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a cpu_set_t of `size` bytes, which the call only writes.
-    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
-        return Vec::new();
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: every `cpu` is below CPU_SETSIZE, within the set's bits.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Pins the calling thread to `cpu`.
-    fn pin(cpu: usize) {
-        // SAFETY: all zeroes is the empty set.
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `cpu` comes from `allowed_cpus`, below CPU_SETSIZE.
-        unsafe { libc::CPU_SET(cpu, &mut one) };
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: `one` is a valid cpu_set_t of `size` bytes; only the calling thread, a
-        // thread of the test's own, is pinned.
-        let pinned = unsafe { libc::sched_setaffinity(0, size, &one) };
-        assert_eq!(pinned, 0, "sched_setaffinity to CPU {cpu}");
-    }
+    use crate::io::cpus::pin;
 
     /// A thread moved from CPU to CPU sends its reads to each CPU's own ring in turn.
     #[test]
