@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 ///
 /// A node's and its query's counters are counted in by every read and every buffer pool hit
 /// of the query, on every core. Sums go to a stripe of the core the thread runs on, so that
-/// cores do not pass the same cache line back and forth (measured: 3-4 % of the CPU per page
-/// of a join from the OS cache, on two cores); only the reads in flight, whose every change
+/// cores do not pass the same cache line back and forth (measured: about 3 % of the CPU per
+/// page of a join from the OS cache, on two cores); only the reads in flight, whose every change
 /// must see the others, stay shared.
 #[derive(Debug, Default)]
 pub struct IoMetrics {
@@ -86,7 +86,7 @@ impl IoMetrics {
 
     /// A counter summed over the stripes.
     fn sum(&self, counter: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
-        (self.stripes.iter()).fold(0u64, |sum, s| sum.wrapping_add(counter(s).load(Relaxed)))
+        self.stripes.iter().map(|s| counter(s).load(Relaxed)).sum()
     }
 
     fn note_start(&self) {

@@ -211,17 +211,15 @@ struct Fetch {
 
 struct Join {
     spec: OutputSpec,
-    inner: Arc<InnerSide>,
     keys: Option<Arc<IndexColumns>>,
-    steps: StepCtx,
     limits: Limits,
     memory: ChunkedReservation,
     outers: HashMap<u64, OuterBatch>,
     probes: HashMap<u64, Probe>,
     next_id: u64,
     jobs: FuturesUnordered<BoxFuture<'static, Job>>,
-    /// What a page fetch needs, under one count of this partition's own: a fetch taking
-    /// `inner` and `steps` apart would touch counts every partition of the query shares.
+    /// The inner side and how its steps read, under one count of this partition's own: a
+    /// page fetch taking them apart would touch counts every partition of the query shares.
     fetch: Arc<Fetch>,
     /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
     /// several probes need is read and decoded once.
@@ -250,16 +248,10 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         limits,
         memory,
     } = work;
-    let fetch = Arc::new(Fetch {
-        inner: inner.clone(),
-        steps: steps.clone(),
-    });
     let mut join = Join {
-        fetch,
+        fetch: Arc::new(Fetch { inner, steps }),
         spec: output,
-        inner,
         keys,
-        steps,
         limits,
         memory: ChunkedReservation::new(memory),
         outers: HashMap::new(),
@@ -350,7 +342,7 @@ impl Join {
         keys: &[Arc<dyn PhysicalExpr>],
         node: &NodeMetrics,
     ) -> Result<()> {
-        let (keyed, unmatched) = group_keys(&batch, keys, &self.inner.encoder)?;
+        let (keyed, unmatched) = group_keys(&batch, keys, &self.fetch.inner.encoder)?;
         if let Some(rows) = self.spec.unmatched(&batch, &unmatched)? {
             self.queue_rows(rows)?;
         }
@@ -379,7 +371,8 @@ impl Join {
             while ahead.len() < PROBES_AHEAD
                 && let Some((range, span)) = keys.next()
             {
-                let descended = descend_ahead(&self.inner.table, self.inner.index, &range);
+                let descended =
+                    descend_ahead(&self.fetch.inner.table, self.fetch.inner.index, &range);
                 ahead.push_back((range, span, descended));
             }
             let Some((range, span, descended)) = ahead.pop_front() else {
@@ -408,10 +401,10 @@ impl Join {
             }
             // Index nodes all cached: the probe's pages at once, no walk to wait for.
             let found = lookup_cached(
-                &self.inner.table,
-                self.inner.index,
+                &self.fetch.inner.table,
+                self.fetch.inner.index,
                 &range,
-                self.steps.counters(),
+                self.fetch.steps.counters(),
                 CACHED_LOOKUP_VALUES,
                 descended,
             )?;
@@ -429,10 +422,10 @@ impl Join {
                 Some(ids) => self.parked.push_back((id, Walk::Found(ids))),
                 None => {
                     let leaves = lookup_leaves(
-                        self.inner.table.clone(),
-                        self.inner.index,
+                        self.fetch.inner.table.clone(),
+                        self.fetch.inner.index,
                         range,
-                        self.steps.clone(),
+                        self.fetch.steps.clone(),
                     )
                     .boxed();
                     self.parked.push_back((id, Walk::Ids(leaves)));
@@ -453,10 +446,10 @@ impl Join {
         descended: Option<Descended>,
     ) -> Result<()> {
         let found = lookup_cached_keys(
-            &self.inner.table,
-            self.inner.index,
+            &self.fetch.inner.table,
+            self.fetch.inner.index,
             &range,
-            self.steps.counters(),
+            self.fetch.steps.counters(),
             CACHED_LOOKUP_VALUES,
             keys.decoder(),
             descended,
@@ -468,10 +461,10 @@ impl Join {
             }
             None => {
                 let leaves = lookup_keys(
-                    self.inner.table.clone(),
-                    self.inner.index,
+                    self.fetch.inner.table.clone(),
+                    self.fetch.inner.index,
                     range,
-                    self.steps.clone(),
+                    self.fetch.steps.clone(),
                     keys.decoder().clone(),
                 )
                 .boxed();
@@ -496,7 +489,7 @@ impl Join {
         }
         p.pending += 1;
         let decoded = keys.batch(rows)?;
-        let page = self.inner.page_view(&decoded)?;
+        let page = self.fetch.inner.page_view(&decoded)?;
         let found = page.passing((0..decoded.num_rows() as u32).collect());
         self.add_rows(probe, &page.rows, found)
     }
@@ -549,13 +542,16 @@ impl Join {
             Job::Page(page_no, rows) => {
                 let decoded = rows?;
                 let waiting = self.pages.remove(&page_no).unwrap_or_default();
-                let page = self.inner.page_view(&decoded)?;
+                let page = self.fetch.inner.page_view(&decoded)?;
                 for (probe, slots) in waiting {
                     let found = match self.probes.get(&probe) {
-                        Some(p) if !p.settled => {
-                            self.inner
-                                .probe_rows(&decoded, &page, page_no, &slots, p.key())?
-                        }
+                        Some(p) if !p.settled => self.fetch.inner.probe_rows(
+                            &decoded,
+                            &page,
+                            page_no,
+                            &slots,
+                            p.key(),
+                        )?,
                         _ => Vec::new(),
                     };
                     self.add_rows(probe, &page.rows, found)?;
@@ -579,7 +575,11 @@ impl Join {
             let mut wanted: Vec<u64> = found.planned.into_iter().collect();
             wanted.sort_unstable();
             let mut pages = Vec::new();
-            (self.inner.table).cached_heap_pages(&wanted, self.steps.counters(), &mut pages);
+            (self.fetch.inner.table).cached_heap_pages(
+                &wanted,
+                self.fetch.steps.counters(),
+                &mut pages,
+            );
             Cached { wanted, pages }
         });
         for (probe, groups) in found.probes {
@@ -607,8 +607,8 @@ impl Join {
             let in_pool = match cached.as_deref_mut() {
                 // Its head was asked for by the lookup.
                 Some(cached) => cached.take(page_no),
-                None => (self.inner.table)
-                    .cached_heap_page(page_no, self.steps.counters())
+                None => (self.fetch.inner.table)
+                    .cached_heap_page(page_no, self.fetch.steps.counters())
                     .inspect(prefetch_head),
             };
             if let Some(page) = in_pool {
@@ -663,10 +663,9 @@ impl Join {
         // A sparse index's probes search each page's key column first (`key_run`): its lines
         // are asked for a few pages ahead, so the search's misses overlap (they were a ninth
         // of a hot run, one dependent miss per step of the search).
-        let key_column = match self.inner.sparse {
-            true => {
-                (self.inner.key_positions.first()).map(|&k| self.inner.decode_columns.indices[k])
-            }
+        let key_column = match self.fetch.inner.sparse {
+            true => (self.fetch.inner.key_positions.first())
+                .map(|&k| self.fetch.inner.decode_columns.indices[k]),
             false => None,
         };
         if let Some(column) = key_column {
@@ -681,10 +680,10 @@ impl Join {
                 prefetch_values(ahead, column, KEY_PREFETCH_LINES);
             }
             let rows = decode_page_shared(
-                &self.inner.table,
+                &self.fetch.inner.table,
                 page_no,
                 &page,
-                &self.inner.decode_columns,
+                &self.fetch.inner.decode_columns,
             );
             self.done(Job::Page(page_no, rows))?;
         }
