@@ -309,10 +309,8 @@ async fn object_storage_faults_give_clear_errors() {
         .to_string();
     println!("server hung: failed after {took:?}: {e}");
     assert_mentions(&e, &["s3://bkt/b/orders/heap.0.pages", "page "]);
-    assert!(
-        e.to_lowercase().contains("timed out") || e.contains("timeout"),
-        "says why: {e}"
-    );
+    // Not "timeout" alone: every object_store error names its `retry_timeout` setting.
+    assert!(e.to_lowercase().contains("timed out"), "says why: {e}");
     assert!(took.as_secs() < 60, "failed in {took:?}");
     // Once the server answers again (it first works off the requests that piled up while it
     // was stopped), so do queries.
