@@ -101,7 +101,7 @@ const IOPRIO_IDLE: libc::c_int = 3 << 13;
 /// kernel's queue (mq-deadline) sends a higher class's reads first, ageing a lower one's
 /// after 10 s, so a point lookup's reads pass the long queries' queued ones. Measured at 64
 /// clients (SF 1), points' reads from submission to use: 0.93-1.22 ms with the lane's reads
-/// idle (seven runs) against 1.52-1.73 ms with them best effort (three runs); the device
+/// idle (seven runs) against 1.52-1.73 ms with them best effort (four runs); the device
 /// no different (74-84 % of fio beside idle, 79-84 % best effort, the VM's drift). Under
 /// BFQ the idle class would get the disk only when no other class wants it.
 fn set_io_priority_idle() -> std::io::Result<()> {
