@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ooode::io::metrics::process_cpu_time;
 
+use crate::alloc_count;
 use crate::datagen::DataSet;
 use crate::fig4::fig4_sql;
 use crate::runner::{contexts, median, run_sql, settle_buffers, timed_rows};
@@ -99,15 +100,23 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
         pool.clear();
         let misses = pool.stats().misses;
         let fresh = recycler.fresh_buffers();
+        let allocated = alloc_count::allocations();
         let (start, cpu) = (Instant::now(), process_cpu_time());
         timed_rows(&ctx, &sql, limit).await?;
+        let allocated = alloc_count::allocations()
+            .zip(allocated)
+            .map(|(b, a)| b - a);
         fresh_buffers = fresh_buffers.max(recycler.fresh_buffers() - fresh);
         times.push(start.elapsed().as_secs_f64());
         cpus.push(process_cpu_time().saturating_sub(cpu).as_secs_f64());
         pages.push((pool.stats().misses - misses) as f64);
         // Each run, for comparisons that want more than the median (the VM is noisy).
         let (cpu, pages) = (cpus[cpus.len() - 1], pages[pages.len() - 1]);
-        eprintln!("  run: {:.2} us CPU per page", cpu / pages.max(1.0) * 1e6);
+        eprint!("  run: {:.2} us CPU per page", cpu / pages.max(1.0) * 1e6);
+        match allocated {
+            Some(n) => eprintln!(", {:.2} allocations per page", n as f64 / pages.max(1.0)),
+            None => eprintln!(),
+        }
     }
     let (secs, cpu, pages) = (median(times), median(cpus), median(pages));
     eprintln!(

@@ -2,6 +2,7 @@
 //! 22 queries, the paper's Fig. 4 sweep and Q3'...Q17', many clients at once, the I/O benchmark
 //! against fio, and the JSON and SVG reports of a run.
 
+pub mod alloc_count;
 pub mod ceiling;
 pub mod cluster;
 pub mod concurrency;

@@ -9,7 +9,8 @@ use ooode_tpch::iobench::{self, IoBenchOptions};
 // glibc's malloc degrades under the engine's pattern (many 8 KiB aligned page buffers held by
 // the buffer pool while small allocations churn): memalign walks long free lists.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: ooode_tpch::alloc_count::CountingMiMalloc =
+    ooode_tpch::alloc_count::CountingMiMalloc;
 
 #[derive(Parser)]
 #[command(name = "ooode-tpch", about = "TPC-H data and benchmarks for ooode")]
@@ -301,6 +302,7 @@ enum Command {
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     ooode_tpch::delay_memory_purge();
+    ooode_tpch::alloc_count::count_if_asked();
     match ooode::io::buf::huge_pages_only_where_advised() {
         Ok(ooode::io::buf::HugePages::WhereAdvised) => {}
         Ok(ooode::io::buf::HugePages::Never) => {
