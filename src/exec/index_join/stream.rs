@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -37,20 +37,19 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
+use super::outer_keys::{OuterRows, group_keys};
 use super::output::{Gather, OutputSpec, compact_views};
+use crate::access::Turn;
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
     Descended, StepCtx, decode_page_shared, descend_ahead, group_by_page, lookup_cached,
     lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
 };
-use crate::access::{Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::reservation::ChunkedReservation;
 use crate::io::buf::PageBuf;
-use crate::storage::KeyEncoder;
 use crate::storage::btree::KeyRange;
 use crate::storage::heap::page::prefetch_values;
-use crate::storage::key::int_key_value;
 use crate::storage::key_decode::KeyRows;
 
 /// How much one partition of the join may have open at once.
@@ -861,101 +860,6 @@ impl Join {
     }
 }
 
-/// A decoded heap page as probes use it: the inner side's output columns, and which rows pass
-/// the inner side's own predicate (evaluated once per page, not per probe).
-struct PageView {
-    rows: Arc<RecordBatch>,
-    passes: Option<arrow::array::BooleanArray>,
-}
-
-impl PageView {
-    /// The rows among `candidates` that pass the inner predicate.
-    fn passing(&self, candidates: Vec<u32>) -> Vec<u32> {
-        match &self.passes {
-            Some(mask) => candidates
-                .into_iter()
-                .filter(|&r| mask.value(r as usize))
-                .collect(),
-            None => candidates,
-        }
-    }
-}
-
-impl InnerSide {
-    /// The probes' view of `decoded`, the rows of one heap page (columns `decode_columns`).
-    fn page_view(&self, decoded: &RecordBatch) -> Result<PageView> {
-        // The scan's columns come first among those decoded: all of them, mostly.
-        let read = if self.read_positions.len() == decoded.num_columns() {
-            decoded.clone()
-        } else {
-            decoded.project(&self.read_positions)?
-        };
-        let passes = match &self.predicate {
-            Some(pred) => {
-                let value = pred.evaluate(&read)?.into_array(read.num_rows())?;
-                let mask = value
-                    .as_any()
-                    .downcast_ref::<arrow::array::BooleanArray>()
-                    .ok_or_else(|| {
-                        DataFusionError::Internal("inner predicate is not boolean".into())
-                    })?;
-                Some(match arrow::array::Array::null_count(mask) {
-                    0 => mask.clone(),
-                    _ => arrow::compute::prep_null_mask_filter(mask),
-                })
-            }
-            None => None,
-        };
-        let rows = match &self.output {
-            // The projected schema is the node's, built once (not a new one per page).
-            Some(cols) => RecordBatch::try_new_with_options(
-                self.output_schema.clone(),
-                cols.iter().map(|&c| read.column(c).clone()).collect(),
-                &RecordBatchOptions::new().with_row_count(Some(read.num_rows())),
-            )?,
-            None => read,
-        };
-        Ok(PageView {
-            rows: Arc::new(rows),
-            passes,
-        })
-    }
-
-    /// A probe's rows of heap page `page_no` (decoded as `decoded`, seen as `page`): the
-    /// slots the index named (the rows of the key's run, for a sparse index) that pass the
-    /// inner predicate.
-    fn probe_rows(
-        &self,
-        decoded: &RecordBatch,
-        page: &PageView,
-        page_no: u64,
-        slots: &[u16],
-        key: &[u8],
-    ) -> Result<Vec<u32>> {
-        let candidates: Vec<u32> = if self.sparse {
-            // A sparse index names pages: the rows whose key starts with the probe key.
-            let key_cols: Vec<ArrayRef> = self
-                .key_positions
-                .iter()
-                .map(|&i| decoded.column(i).clone())
-                .collect();
-            let run = key_run(&self.encoder, &key_cols, key)?;
-            (run.start as u32..run.end as u32).collect()
-        } else {
-            let n = decoded.num_rows();
-            if let Some(&bad) = slots.iter().find(|&&s| s as usize >= n) {
-                return Err(to_df(crate::storage::StorageError::corrupted(
-                    self.table.heap_file(page_no),
-                    Some(page_no),
-                    format!("index points at slot {bad}, the page has {n} rows"),
-                )));
-            }
-            slots.iter().map(|&s| s as u32).collect()
-        };
-        Ok(page.passing(candidates))
-    }
-}
-
 /// Asks the CPU to bring the first lines of `page` (its header and column directory, which
 /// decoding reads first) into the cache, without waiting for them.
 fn prefetch_head(page: &PageBuf) {
@@ -966,203 +870,3 @@ fn prefetch_head(page: &PageBuf) {
 const KEY_PREFETCH_PAGES: usize = 8;
 /// Most cache lines of a key column asked for (an 8 KiB page's 8-byte keys take about ten).
 const KEY_PREFETCH_LINES: usize = 16;
-
-/// The rows of a clustered heap page whose key starts with `prefix`.
-///
-/// The loader writes a clustered table's rows in clustering key order, so those rows are one
-/// run; two binary searches find it with a few key encodings instead of one per row.
-pub(super) fn key_run(
-    encoder: &KeyEncoder,
-    key_cols: &[ArrayRef],
-    prefix: &[u8],
-) -> Result<std::ops::Range<usize>> {
-    use std::cmp::Ordering;
-    if let Some(run) = int_key_run(key_cols, prefix) {
-        return Ok(run);
-    }
-    let rows = key_cols.first().map_or(0, |c| c.len());
-    let key = std::cell::RefCell::new(Vec::with_capacity(prefix.len()));
-    let order = |row: usize| -> Result<Ordering> {
-        let mut key = key.borrow_mut();
-        encoder
-            .encode_row_into(key_cols, row, &mut key)
-            .map_err(to_df)?;
-        let common = key.len().min(prefix.len());
-        Ok(match key[..common].cmp(&prefix[..common]) {
-            // A key that is a proper prefix of `prefix` sorts before it.
-            Ordering::Equal if key.len() < prefix.len() => Ordering::Less,
-            o => o,
-        })
-    };
-    // First row where `past(row)` holds; `past` must be false then true along the rows.
-    let search = |past: &dyn Fn(Ordering) -> bool| -> Result<usize> {
-        let (mut lo, mut hi) = (0, rows);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if past(order(mid)?) {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        Ok(lo)
-    };
-    let start = search(&|o| o != Ordering::Less)?;
-    let end = search(&|o| o == Ordering::Greater)?.max(start);
-    Ok(start..end)
-}
-
-/// [`key_run`] over one integer key column without nulls (most join keys): the probe's value
-/// searched among the column's values, with no row encoded (profiled: encoding rows for the
-/// comparisons was a seventh of a hot in-order run). None where the key is of another kind.
-fn int_key_run(key_cols: &[ArrayRef], prefix: &[u8]) -> Option<std::ops::Range<usize>> {
-    use arrow::array::AsArray;
-    use arrow::datatypes::{DataType, Int32Type, Int64Type};
-    let [column] = key_cols else {
-        return None;
-    };
-    if column.null_count() > 0 {
-        return None;
-    }
-    let wanted = int_key_value(column.data_type(), prefix)?;
-    fn run<T: Copy + Into<i64>>(values: &[T], wanted: i64) -> std::ops::Range<usize> {
-        let start = values.partition_point(|&v| v.into() < wanted);
-        let len = values[start..].partition_point(|&v| v.into() <= wanted);
-        start..start + len
-    }
-    match column.data_type() {
-        DataType::Int64 => Some(run(column.as_primitive::<Int64Type>().values(), wanted)),
-        DataType::Int32 => Some(run(column.as_primitive::<Int32Type>().values(), wanted)),
-        _ => None,
-    }
-}
-
-/// Outer rows grouped by encoded join key, in first-seen key order: each key with the span of
-/// `rows` that holds its rows (in row order).
-struct KeyedRows {
-    keys: Vec<(Vec<u8>, std::ops::Range<u32>)>,
-    rows: Arc<[u32]>,
-}
-
-/// A probe's outer rows: a span of the rows of its batch grouped by key.
-struct OuterRows {
-    all: Arc<[u32]>,
-    span: std::ops::Range<u32>,
-}
-
-impl OuterRows {
-    fn as_slice(&self) -> &[u32] {
-        &self.all[self.span.start as usize..self.span.end as usize]
-    }
-
-    fn len(&self) -> usize {
-        self.span.len()
-    }
-}
-
-/// Groups the rows of `batch` by encoded join key; rows with a null key part cannot match
-/// (returned second).
-fn group_keys(
-    batch: &RecordBatch,
-    keys: &[Arc<dyn PhysicalExpr>],
-    encoder: &KeyEncoder,
-) -> Result<(KeyedRows, Vec<u32>)> {
-    let arrays = keys
-        .iter()
-        .zip(encoder.types())
-        .map(|(k, t)| {
-            let a = k.evaluate(batch)?.into_array(batch.num_rows())?;
-            Ok(if a.data_type() == t {
-                a
-            } else {
-                arrow::compute::cast(&a, t)?
-            })
-        })
-        .collect::<Result<Vec<ArrayRef>>>()?;
-    let mut encoded = encoder.encode_rows(&arrays).map_err(to_df)?;
-    let mut unmatched = Vec::new();
-    const NO_GROUP: u32 = u32::MAX;
-    // Each row's group, each group's first row (whose key the group takes: no copy of a
-    // key) and size; the keys stay borrowed from `encoded` until the grouping is done.
-    let mut group_of_row = vec![NO_GROUP; encoded.len()];
-    let (mut firsts, mut sizes) = (Vec::new(), Vec::<u32>::new());
-    {
-        let mut group_of: HashMap<&[u8], u32> = HashMap::with_capacity(encoded.len());
-        for (row, key) in encoded.iter().enumerate() {
-            if arrays.iter().any(|a| a.is_null(row)) {
-                unmatched.push(row as u32);
-                continue;
-            }
-            let group = *group_of.entry(key.as_slice()).or_insert_with(|| {
-                firsts.push(row);
-                sizes.push(0);
-                (firsts.len() - 1) as u32
-            });
-            sizes[group as usize] += 1;
-            group_of_row[row] = group;
-        }
-    }
-    // The groups' rows laid out one group after the other.
-    let mut starts = Vec::with_capacity(sizes.len());
-    let mut end = 0u32;
-    for size in &sizes {
-        starts.push(end);
-        end += size;
-    }
-    let mut rows = vec![0u32; end as usize];
-    let mut next = starts.clone();
-    for (row, &group) in group_of_row.iter().enumerate() {
-        if group != NO_GROUP {
-            rows[next[group as usize] as usize] = row as u32;
-            next[group as usize] += 1;
-        }
-    }
-    let keys = firsts
-        .into_iter()
-        .zip(starts.into_iter().zip(sizes))
-        .map(|(first, (start, size))| (std::mem::take(&mut encoded[first]), start..start + size))
-        .collect();
-    let keyed = KeyedRows {
-        keys,
-        rows: rows.into(),
-    };
-    Ok((keyed, unmatched))
-}
-
-#[cfg(test)]
-mod group_tests {
-    use arrow::array::Int64Array;
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::physical_expr::expressions::Column;
-
-    use super::*;
-
-    #[test]
-    fn groups_rows_by_key_in_first_seen_order_and_sets_null_keys_apart() {
-        let field = Arc::new(Field::new("k", DataType::Int64, true));
-        let schema = Arc::new(Schema::new(vec![field.clone()]));
-        let keys = Int64Array::from(vec![Some(5), Some(3), None, Some(5), Some(3), Some(9)]);
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(keys)]).unwrap();
-        let encoder = KeyEncoder::new(&[field]).unwrap();
-        let key_expr: Arc<dyn PhysicalExpr> = Arc::new(Column::new("k", 0));
-        let (keyed, unmatched) = group_keys(&batch, &[key_expr], &encoder).unwrap();
-        let groups: Vec<Vec<u32>> = keyed
-            .keys
-            .iter()
-            .map(|(_, span)| keyed.rows[span.start as usize..span.end as usize].to_vec())
-            .collect();
-        assert_eq!(groups, vec![vec![0, 3], vec![1, 4], vec![5]]);
-        assert_eq!(unmatched, vec![2]);
-        let first = OuterRows {
-            all: keyed.rows.clone(),
-            span: keyed.keys[0].1.clone(),
-        };
-        assert_eq!((first.as_slice(), first.len()), (&[0u32, 3][..], 2));
-        let single = |v: i64| {
-            let a: ArrayRef = Arc::new(Int64Array::from(vec![v]));
-            encoder.encode_rows(&[a]).unwrap().remove(0)
-        };
-        let encoded: Vec<&Vec<u8>> = keyed.keys.iter().map(|(k, _)| k).collect();
-        assert_eq!(encoded, vec![&single(5), &single(3), &single(9)]);
-    }
-}

@@ -464,8 +464,8 @@ fn key_runs_equal_a_row_by_row_check() {
             encode_one(&encoder, &column, 99),
         ];
         for probe in probes {
-            let run =
-                super::stream::key_run(&encoder, std::slice::from_ref(&column), &probe).unwrap();
+            let run = super::inner_page::key_run(&encoder, std::slice::from_ref(&column), &probe)
+                .unwrap();
             let expected: Vec<usize> = (0..keys.len()).filter(|&r| keys[r] == probe).collect();
             let found: Vec<usize> = run.clone().collect();
             assert_eq!(found, expected, "{:?} probe {probe:?}", column.data_type());
