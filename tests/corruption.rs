@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::*;
+use arrow::buffer::Buffer;
 use arrow::datatypes::*;
 use ooode::storage::page::{PageKind, seal_page};
 use ooode::storage::{
@@ -233,7 +234,8 @@ fn damaged_heap_bodies_never_panic() {
     let table = Table::open(&path).unwrap();
     let page = table.heap().read_page(1).unwrap();
     let mut x: u64 = 7;
-    let mut errors = 0;
+    let (mut errors, mut shared_errors) = (0, 0);
+    let all: Vec<usize> = (0..table.schema().fields().len()).collect();
     for _ in 0..3000 {
         x = x
             .wrapping_mul(6364136223846793005)
@@ -247,15 +249,24 @@ fn damaged_heap_bodies_never_panic() {
         };
         p[pos] = (x >> 40) as u8;
         seal_page(&mut p, PageKind::Heap, 1);
-        if table
-            .codec()
-            .decode(&p, None, Path::new("heap.0.pages"), 1)
-            .is_err()
-        {
+        let file = Path::new("heap.0.pages");
+        if table.codec().decode(&p, None, file, 1).is_err() {
             errors += 1;
+        }
+        // The engine's decode: columns that are slices of the page itself, not copies.
+        let shared = table.codec().decode_projected_shared(
+            &Buffer::from_vec(p),
+            &all,
+            table.schema(),
+            file,
+            1,
+        );
+        if shared.is_err() {
+            shared_errors += 1;
         }
     }
     assert!(errors > 100, "damage went unnoticed: {errors} errors");
+    assert_eq!(shared_errors, errors, "the two decoders disagree");
 }
 
 #[test]
