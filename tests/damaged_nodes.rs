@@ -1,7 +1,8 @@
 //! B+tree nodes damaged behind a valid checksum (a bug in a writer, or a checksum collision):
 //! every search over them ends with rows or an error naming the page, never a panic or an
 //! endless walk, both as a plain reader walks them and as the engine does (nodes checked once
-//! when read, then searched through their cached search keys).
+//! when read, then searched through their cached search keys). `btree_model.rs`'s
+//! `damaged_nodes_never_panic` walks point lookups through the plain reader only.
 
 use std::collections::HashMap;
 use std::ops::Bound;
