@@ -286,6 +286,16 @@ pub fn process_cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// CPU time this process has spent in the kernel (system time) so far, all threads.
+pub fn process_system_time() -> Duration {
+    process_usage().map_or(Duration::ZERO, |usage| {
+        Duration::new(
+            usage.ru_stime.tv_sec as u64,
+            usage.ru_stime.tv_usec as u32 * 1000,
+        )
+    })
+}
+
 /// Page faults of this process so far that had to read from disk.
 pub fn process_major_faults() -> u64 {
     process_usage().map_or(0, |usage| usage.ru_majflt as u64)
