@@ -103,7 +103,7 @@ fn search(
 ) -> Result<usize, String> {
     let file = Path::new("index_grp.0.pages");
     let mut cursor = RangeCursor::new(tree, range.clone(), sparse);
-    if let Reader::Engine = reader {
+    if !matches!(reader, Reader::Plain) {
         cursor = cursor.with_verified_pages();
     }
     let mut found = Vec::new();

@@ -282,18 +282,16 @@ pub fn process_cpu_time() -> Duration {
     let Some(usage) = process_usage() else {
         return Duration::ZERO;
     };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    duration(usage.ru_utime) + duration(usage.ru_stime)
 }
 
 /// CPU time this process has spent in the kernel (system time) so far, all threads.
 pub fn process_system_time() -> Duration {
-    process_usage().map_or(Duration::ZERO, |usage| {
-        Duration::new(
-            usage.ru_stime.tv_sec as u64,
-            usage.ru_stime.tv_usec as u32 * 1000,
-        )
-    })
+    process_usage().map_or(Duration::ZERO, |usage| duration(usage.ru_stime))
+}
+
+fn duration(t: libc::timeval) -> Duration {
+    Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000)
 }
 
 /// Page faults of this process so far that had to read from disk.

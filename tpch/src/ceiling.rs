@@ -28,7 +28,7 @@ pub struct CeilingReport {
     /// Process CPU per page, microseconds (user and system, all threads).
     pub cpu_us_per_page: f64,
     /// Of that, in the kernel (system time, median of the runs): the copy out of the OS
-    /// cache most. The VM's noise lands mostly here; user time is the runtime's own work.
+    /// cache most, about a fifth here; the rest (user time) is the runtime's own work.
     pub kernel_cpu_us_per_page: f64,
     /// Page buffers a measured run allocated new (the most of any run): none when the
     /// recycler served them all, so no run pays the kernel for fresh zeroed memory.
@@ -152,9 +152,9 @@ pub async fn run(data: &DataSet, n: u64, settings: &[String]) -> Result<CeilingR
         timed_rows(&ctx, &sql, limit).await?;
         let (mut t, mut c) = (Vec::new(), Vec::new());
         for _ in 0..runs() {
-            let cpu = process_cpu_time();
+            let before = process_cpu_time();
             t.push(timed_rows(&ctx, &sql, limit).await?.0.unwrap_or(f64::NAN));
-            c.push(process_cpu_time().saturating_sub(cpu).as_secs_f64());
+            c.push(process_cpu_time().saturating_sub(before).as_secs_f64());
         }
         hot.push(median(t));
         hot_cpu.push(median(c) / pages.max(1.0) * 1e6);
