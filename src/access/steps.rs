@@ -417,7 +417,16 @@ pub fn lookup_cached(
     max: usize,
     ahead: Option<Descended>,
 ) -> Result<Option<Vec<u64>>> {
-    lookup_cached_into(table, index, range, counters, max, Vec::new(), ahead)
+    // Room for a key's usual few rows: growing from nothing took two allocations a probe.
+    lookup_cached_into(
+        table,
+        index,
+        range,
+        counters,
+        max,
+        Vec::with_capacity(8),
+        ahead,
+    )
 }
 
 /// The keys [`lookup_keys`] would find, decoded at once when [`lookup_cached`] would find
@@ -663,9 +672,12 @@ pub fn take_slots(
     Ok(take_record_batch(batch, &idx)?)
 }
 
+/// Row slots of one heap page: a key's few rows stay inline (no allocation per page).
+pub type Slots = smallvec::SmallVec<[u16; 8]>;
+
 /// Groups row ids by heap page, keeping pages in first-seen order.
-pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Vec<u16>)> {
-    let mut groups: Vec<(u64, Vec<u16>)> = Vec::new();
+pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Slots)> {
+    let mut groups: Vec<(u64, Slots)> = Vec::new();
     // A map only for many pages; a probe's few rows are grouped by a look at the groups.
     let mut index: Option<std::collections::HashMap<u64, usize>> = None;
     for &id in row_ids {
@@ -680,7 +692,7 @@ pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Vec<u16>)> {
         if groups.len() < 16 {
             match groups.iter_mut().find(|g| g.0 == r.page()) {
                 Some(g) => g.1.push(r.slot()),
-                None => groups.push((r.page(), vec![r.slot()])),
+                None => groups.push((r.page(), smallvec::smallvec![r.slot()])),
             }
             continue;
         }
@@ -690,7 +702,7 @@ pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Vec<u16>)> {
             Some(&i) => groups[i].1.push(r.slot()),
             None => {
                 index.insert(r.page(), groups.len());
-                groups.push((r.page(), vec![r.slot()]));
+                groups.push((r.page(), smallvec::smallvec![r.slot()]));
             }
         }
     }

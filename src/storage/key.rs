@@ -61,7 +61,11 @@ impl KeyEncoder {
     pub fn encode_rows(&self, columns: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
         self.check_columns(columns)?;
         let rows = columns.first().map_or(0, |c| c.len());
-        let mut keys = vec![Vec::with_capacity(16 * columns.len()); rows];
+        // Each key made with its room (`vec![v; n]` would clone an empty vector, whose clone
+        // has none: each key would then grow twice).
+        let mut keys: Vec<Vec<u8>> = (0..rows)
+            .map(|_| Vec::with_capacity(16 * columns.len()))
+            .collect();
         for col in columns {
             append_column(col.as_ref(), 0, &mut keys);
         }

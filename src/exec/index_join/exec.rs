@@ -66,6 +66,9 @@ pub struct InnerSide {
     pub key_positions: Vec<usize>,
     /// Positions of the scan's columns within `decode_columns`.
     pub read_positions: Vec<usize>,
+    /// Schema of the scan's columns (`read_positions` of the decoded ones), built once: a
+    /// page's view of them then makes no schema of its own.
+    pub read_schema: SchemaRef,
     /// Predicate of the replaced scan, over its columns.
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
     /// Projection after the predicate (indices into the scan's columns).
@@ -119,11 +122,11 @@ impl InnerSide {
             .map(|&c| t.schema().fields()[c].clone())
             .collect();
         let encoder = KeyEncoder::new(&fields).map_err(to_df)?;
-        let read_schema = t.schema().project(&read_columns)?;
-        let output_schema = Arc::new(match &output {
-            Some(cols) => read_schema.project(cols)?,
-            None => read_schema,
-        });
+        let read_schema = Arc::new(t.schema().project(&read_columns)?);
+        let output_schema = match &output {
+            Some(cols) => Arc::new(read_schema.project(cols)?),
+            None => read_schema.clone(),
+        };
         let decode_columns = Columns::new(&table, decode_columns)?;
         let keys = IndexColumns::new(&table, index, &decode_columns)?.map(Arc::new);
         Ok(Self {
@@ -138,6 +141,7 @@ impl InnerSide {
             key_positions,
             predicate,
             output,
+            read_schema,
             output_schema,
         })
     }

@@ -20,29 +20,28 @@ pub(super) struct PageView {
 
 impl PageView {
     /// The rows among `candidates` that pass the inner predicate.
-    pub(super) fn passing(&self, candidates: Vec<u32>) -> Vec<u32> {
-        match &self.passes {
-            Some(mask) => candidates
-                .into_iter()
-                .filter(|&r| mask.value(r as usize))
-                .collect(),
-            None => candidates,
+    pub(super) fn passing(&self, mut candidates: Vec<u32>) -> Vec<u32> {
+        if let Some(mask) = &self.passes {
+            // In place: no second vector per probe and page.
+            candidates.retain(|&r| mask.value(r as usize));
         }
+        candidates
     }
 }
 
 impl InnerSide {
     /// The probes' view of `decoded`, the rows of one heap page (columns `decode_columns`).
     pub(super) fn page_view(&self, decoded: &RecordBatch) -> Result<PageView> {
-        // The scan's columns come first among those decoded: all of them, mostly.
-        let read = if self.read_positions.len() == decoded.num_columns() {
-            decoded.clone()
-        } else {
-            decoded.project(&self.read_positions)?
+        // The scan's columns come first among those decoded: all of them, mostly. A page's
+        // view allocates little (one is made for every page decoded):
+        // no schema, and the scan's columns as a batch only for a predicate to run on.
+        let read = match (&self.predicate, &self.output) {
+            (None, Some(_)) => None,
+            _ => Some(self.scan_columns(decoded)?),
         };
-        let passes = match &self.predicate {
-            Some(pred) => {
-                let value = pred.evaluate(&read)?.into_array(read.num_rows())?;
+        let passes = match (&self.predicate, &read) {
+            (Some(pred), Some(read)) => {
+                let value = pred.evaluate(read)?.into_array(read.num_rows())?;
                 let mask = value
                     .as_any()
                     .downcast_ref::<arrow::array::BooleanArray>()
@@ -54,21 +53,36 @@ impl InnerSide {
                     _ => arrow::compute::prep_null_mask_filter(mask),
                 })
             }
-            None => None,
+            _ => None,
         };
-        let rows = match &self.output {
+        let rows = match (&self.output, read) {
             // The projected schema is the node's, built once (not a new one per page).
-            Some(cols) => RecordBatch::try_new_with_options(
+            (Some(cols), _) => RecordBatch::try_new_with_options(
                 self.output_schema.clone(),
-                cols.iter().map(|&c| read.column(c).clone()).collect(),
-                &RecordBatchOptions::new().with_row_count(Some(read.num_rows())),
+                cols.iter()
+                    .map(|&c| decoded.column(self.read_positions[c]).clone())
+                    .collect(),
+                &RecordBatchOptions::new().with_row_count(Some(decoded.num_rows())),
             )?,
-            None => read,
+            (None, Some(read)) => read,
+            (None, None) => self.scan_columns(decoded)?,
         };
         Ok(PageView {
             rows: Arc::new(rows),
             passes,
         })
+    }
+
+    /// The scan's columns of `decoded`, as a batch of the scan's schema.
+    fn scan_columns(&self, decoded: &RecordBatch) -> Result<RecordBatch> {
+        if self.read_positions.len() == decoded.num_columns() {
+            return Ok(decoded.clone());
+        }
+        Ok(RecordBatch::try_new_with_options(
+            self.read_schema.clone(),
+            decoded.columns()[..self.read_positions.len()].to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(decoded.num_rows())),
+        )?)
     }
 
     /// A probe's rows of heap page `page_no` (decoded as `decoded`, seen as `page`): the

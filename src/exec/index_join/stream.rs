@@ -42,7 +42,7 @@ use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::Turn;
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Descended, StepCtx, decode_page_shared, descend_ahead, group_by_page, lookup_cached,
+    Descended, Slots, StepCtx, decode_page_shared, descend_ahead, group_by_page, lookup_cached,
     lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
 };
 use crate::exec::metrics::NodeMetrics;
@@ -97,7 +97,11 @@ enum Walk {
 const PROBES_AHEAD: usize = 8;
 
 /// Row slots grouped by heap page (see `group_by_page`).
-type PageGroups = Vec<(u64, Vec<u16>)>;
+type PageGroups = Vec<(u64, Slots)>;
+
+/// The probes waiting for a page being fetched, with their slots: nearly always one (no
+/// allocation of its own).
+type Waiting = smallvec::SmallVec<[(u64, Slots); 1]>;
 
 /// Probes whose row ids are known, gathered for one pool lookup of their pages.
 #[derive(Default)]
@@ -222,7 +226,7 @@ struct Join {
     fetch: Arc<Fetch>,
     /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
     /// several probes need is read and decoded once.
-    pages: HashMap<u64, Vec<(u64, Vec<u16>)>>,
+    pages: HashMap<u64, Waiting>,
     /// Pages of `pages` found in the buffer pool: decoded at the loop's next turn, no task.
     ready: VecDeque<(u64, PageBuf)>,
     parked: VecDeque<(u64, Walk)>,
@@ -599,7 +603,8 @@ impl Join {
                 waiting.push((probe, slots));
                 continue;
             }
-            self.pages.insert(page_no, vec![(probe, slots)]);
+            self.pages
+                .insert(page_no, smallvec::smallvec![(probe, slots)]);
             // A page in the pool needs no task (a boxed future, a wake-up and a poll each, per
             // page). Its first lines are fetched into the cache now, and it is decoded at the
             // loop's next turn, after the other probes' lookups: by then they have arrived.

@@ -29,7 +29,7 @@ use tokio::sync::mpsc::Sender;
 
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Columns, StepCtx, decode_rows, group_by_page, heap_page, lookup_keys, lookup_leaves,
+    Columns, Slots, StepCtx, decode_rows, group_by_page, heap_page, lookup_keys, lookup_leaves,
 };
 use crate::access::{TableIo, Turn};
 use crate::exec::reservation::ChunkedReservation;
@@ -145,7 +145,7 @@ pub async fn run(work: ScanWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         batch_rows,
         memory: ChunkedReservation::new(memory),
     };
-    let fetch = |page_no: u64, slots: Option<Vec<u16>>| {
+    let fetch = |page_no: u64, slots: Option<Slots>| {
         let (rows_of, steps) = (rows_of.clone(), steps.clone());
         async move {
             let rows = async {
