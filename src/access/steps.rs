@@ -489,7 +489,7 @@ fn lookup_cached_into<T: Found>(
 #[derive(Debug)]
 pub struct Descended {
     /// One per segment, at the first leaf (or at the first node not pinned).
-    cursors: Vec<RangeCursor>,
+    cursors: smallvec::SmallVec<[RangeCursor; 1]>,
     /// Nodes searched on the way (counted as hits by the lookup).
     visited: u64,
 }
@@ -500,7 +500,8 @@ pub struct Descended {
 /// search's misses then overlap the probes in between instead of being waited for one after
 /// another. None where a node does not parse (the lookup then starts over, and reports it).
 pub fn descend_ahead(table: &TableIo, index: usize, range: &Arc<KeyRange>) -> Option<Descended> {
-    let mut cursors = Vec::with_capacity(table.segments());
+    // Inline for a table of one segment: one allocation less per probe.
+    let mut cursors = smallvec::SmallVec::new();
     let mut visited = 0;
     for part in 0..table.segments() {
         let meta = index_meta(table, part, index).ok()?;
@@ -675,9 +676,12 @@ pub fn take_slots(
 /// Row slots of one heap page: a key's few rows stay inline (no allocation per page).
 pub type Slots = smallvec::SmallVec<[u16; 8]>;
 
+/// Row slots grouped by heap page: a key's rows lie on a page or two, mostly, kept inline.
+pub type PageGroups = smallvec::SmallVec<[(u64, Slots); 2]>;
+
 /// Groups row ids by heap page, keeping pages in first-seen order.
-pub fn group_by_page(row_ids: &[u64]) -> Vec<(u64, Slots)> {
-    let mut groups: Vec<(u64, Slots)> = Vec::new();
+pub fn group_by_page(row_ids: &[u64]) -> PageGroups {
+    let mut groups = PageGroups::new();
     // A map only for many pages; a probe's few rows are grouped by a look at the groups.
     let mut index: Option<std::collections::HashMap<u64, usize>> = None;
     for &id in row_ids {

@@ -42,8 +42,8 @@ use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::Turn;
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Descended, Slots, StepCtx, decode_page_shared, descend_ahead, group_by_page, lookup_cached,
-    lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
+    Descended, PageGroups, Slots, StepCtx, decode_page_shared, descend_ahead, group_by_page,
+    lookup_cached, lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
 };
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::reservation::ChunkedReservation;
@@ -95,9 +95,6 @@ enum Walk {
 /// of its search there: far enough for them to arrive (a probe takes a microsecond or two),
 /// near enough for them to stay cached.
 const PROBES_AHEAD: usize = 8;
-
-/// Row slots grouped by heap page (see `group_by_page`).
-type PageGroups = Vec<(u64, Slots)>;
 
 /// The probes waiting for a page being fetched, with their slots: nearly always one (no
 /// allocation of its own).

@@ -57,8 +57,10 @@ pub struct Ring {
     shutdown: AtomicBool,
     files: Arc<FileTable>,
     recycler: Arc<Recycler>,
-    /// Held while the completion queue is read (by the reactor task or a thread).
-    cq: Mutex<()>,
+    /// Held while the completion queue is read (by the reactor task or a thread); it holds
+    /// the reads taken from it, a list kept from one reaping to the next (not one made each
+    /// time: a reaping takes a read or two, mostly).
+    cq: Mutex<Vec<(Box<ReadOp>, i32)>>,
     /// Signalled by the kernel on every completion, when registered ([`Ring::register_eventfd`]).
     eventfd: Option<std::os::fd::OwnedFd>,
     /// The engine's queue for the device (shared by its rings): told of every completion.
@@ -153,7 +155,7 @@ impl Ring {
             shutdown: AtomicBool::new(false),
             files,
             recycler,
-            cq: Mutex::new(()),
+            cq: Mutex::new(Vec::new()),
             eventfd: None,
             device,
             buffers,
@@ -264,14 +266,13 @@ impl Ring {
     /// Takes the completions the kernel has posted and hands each page to its reader;
     /// returns how many. With `wait` false it gives up at once if another reaper is at it.
     pub fn reap(&self, wait: bool) -> usize {
-        let _cq = match wait {
+        let mut done = match wait {
             true => self.cq.lock(),
             false => match self.cq.try_lock() {
                 Some(g) => g,
                 None => return 0,
             },
         };
-        let mut done: Vec<(Box<ReadOp>, i32)> = Vec::new();
         // SAFETY: the `cq` lock is held: no one else reads the completion queue.
         for cqe in unsafe { self.uring.completion_shared() } {
             let token = cqe.user_data();
@@ -293,7 +294,7 @@ impl Ring {
             self.device.left(counted);
         }
         self.free_slots(n);
-        for (op, result) in done {
+        for (op, result) in done.drain(..) {
             complete(*op, result, self);
         }
         n
