@@ -32,9 +32,9 @@ impl PageView {
 impl InnerSide {
     /// The probes' view of `decoded`, the rows of one heap page (columns `decode_columns`).
     pub(super) fn page_view(&self, decoded: &RecordBatch) -> Result<PageView> {
-        // The scan's columns come first among those decoded: all of them, mostly. A page's
-        // view allocates little (one is made for every page decoded):
-        // no schema, and the scan's columns as a batch only for a predicate to run on.
+        // The scan's columns come first among those decoded: all of them, mostly. A view is
+        // made for every page decoded, so it makes no schema, and a batch of the scan's
+        // columns only where a predicate runs on them or they are the output.
         let read = match (&self.predicate, &self.output) {
             (None, Some(_)) => None,
             _ => Some(self.scan_columns(decoded)?),
