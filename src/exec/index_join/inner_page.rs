@@ -35,13 +35,28 @@ impl InnerSide {
         // The scan's columns come first among those decoded: all of them, mostly. A view is
         // made for every page decoded, so it makes no schema, and a batch of the scan's
         // columns only where a predicate runs on them or they are the output.
-        let read = match (&self.predicate, &self.output) {
-            (None, Some(_)) => None,
-            _ => Some(self.scan_columns(decoded)?),
+        let rows = match &self.output {
+            // The projected schema is the node's, built once (not a new one per page).
+            Some(cols) => RecordBatch::try_new_with_options(
+                self.output_schema.clone(),
+                cols.iter()
+                    .map(|&c| decoded.column(self.read_positions[c]).clone())
+                    .collect(),
+                &RecordBatchOptions::new().with_row_count(Some(decoded.num_rows())),
+            )?,
+            None => self.scan_columns(decoded)?,
         };
-        let passes = match (&self.predicate, &read) {
-            (Some(pred), Some(read)) => {
-                let value = pred.evaluate(read)?.into_array(read.num_rows())?;
+        let passes = match &self.predicate {
+            Some(pred) => {
+                let projected;
+                let scan = match &self.output {
+                    None => &rows,
+                    Some(_) => {
+                        projected = self.scan_columns(decoded)?;
+                        &projected
+                    }
+                };
+                let value = pred.evaluate(scan)?.into_array(scan.num_rows())?;
                 let mask = value
                     .as_any()
                     .downcast_ref::<arrow::array::BooleanArray>()
@@ -53,19 +68,7 @@ impl InnerSide {
                     _ => arrow::compute::prep_null_mask_filter(mask),
                 })
             }
-            _ => None,
-        };
-        let rows = match (&self.output, read) {
-            // The projected schema is the node's, built once (not a new one per page).
-            (Some(cols), _) => RecordBatch::try_new_with_options(
-                self.output_schema.clone(),
-                cols.iter()
-                    .map(|&c| decoded.column(self.read_positions[c]).clone())
-                    .collect(),
-                &RecordBatchOptions::new().with_row_count(Some(decoded.num_rows())),
-            )?,
-            (None, Some(read)) => read,
-            (None, None) => self.scan_columns(decoded)?,
+            None => None,
         };
         Ok(PageView {
             rows: Arc::new(rows),
