@@ -35,7 +35,7 @@
 //! measured at 64 clients, the points that waited longest found 236-252 of the 256 permits
 //! held by long queries and 0.1-9 permits given back per millisecond.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,6 +45,7 @@ use std::sync::atomic::{
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use foldhash::HashMap;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 
@@ -68,6 +69,7 @@ pub struct Admission {
 
 #[derive(Debug, Default)]
 struct Queues {
+    /// Looked up under the lock at every queued request and grant: a fast hash, not SipHash.
     by_query: HashMap<u64, QueryWaiters>,
     /// Queries with waiters, in turn order, by size class (smallest first).
     turns: [VecDeque<u64>; CLASSES],

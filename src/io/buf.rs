@@ -5,7 +5,6 @@
 //! buffer out as a [`PageBuf`]. Clones of a `PageBuf` share the bytes (the buffer pool keeps one,
 //! readers hold others); when the last one drops, the buffer goes back to the recycler.
 
-use std::collections::HashMap;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -51,9 +50,25 @@ pub struct Recycler {
 
 #[derive(Debug, Default)]
 struct Free {
-    by_len: HashMap<usize, Vec<AlignedBuf>>,
+    /// Free buffers by length: one or two lengths in practice (the tables' page size), so a
+    /// look along a short list, no hashing, under a lock every page read takes twice.
+    by_len: Vec<(usize, Vec<AlignedBuf>)>,
     /// Bytes of the free buffers allocated one by one (arena buffers are not counted).
     bytes: usize,
+}
+
+impl Free {
+    /// The free list of buffers of `len` bytes (made empty if there was none).
+    fn of_len(&mut self, len: usize) -> &mut Vec<AlignedBuf> {
+        let at = match self.by_len.iter().position(|(l, _)| *l == len) {
+            Some(at) => at,
+            None => {
+                self.by_len.push((len, Vec::new()));
+                self.by_len.len() - 1
+            }
+        };
+        &mut self.by_len[at].1
+    }
 }
 
 impl Recycler {
@@ -83,7 +98,7 @@ impl Recycler {
     /// when reused; a read fills it whole or fails).
     pub fn get(&self, len: usize) -> AlignedBuf {
         let mut free = self.free.lock();
-        if let Some(buf) = free.by_len.get_mut(&len).and_then(Vec::pop) {
+        if let Some(buf) = free.of_len(len).pop() {
             if buf.region().is_none() {
                 free.bytes -= len;
             }
@@ -129,10 +144,10 @@ impl Recycler {
         };
         let mut free = self.free.lock();
         if buf.region().is_some() {
-            free.by_len.entry(len).or_default().push(buf);
+            free.of_len(len).push(buf);
         } else if free.bytes + len <= self.keep_bytes {
             free.bytes += len;
-            free.by_len.entry(len).or_default().push(buf);
+            free.of_len(len).push(buf);
         } else {
             self.own_bytes.fetch_sub(len as i64, Relaxed);
         }
