@@ -58,15 +58,26 @@ struct Free {
 }
 
 impl Free {
+    /// Where the list of buffers of `len` bytes is, moved to the front: the page size's list
+    /// stays first however many other lengths (runs of pinned nodes) came back.
+    fn find(&mut self, len: usize) -> Option<usize> {
+        let at = self.by_len.iter().position(|(l, _)| *l == len)?;
+        self.by_len.swap(0, at);
+        Some(0)
+    }
+
+    /// A free buffer of `len` bytes, if there is one.
+    fn pop(&mut self, len: usize) -> Option<AlignedBuf> {
+        let at = self.find(len)?;
+        self.by_len[at].1.pop()
+    }
+
     /// The free list of buffers of `len` bytes (made empty if there was none).
     fn of_len(&mut self, len: usize) -> &mut Vec<AlignedBuf> {
-        let at = match self.by_len.iter().position(|(l, _)| *l == len) {
-            Some(at) => at,
-            None => {
-                self.by_len.push((len, Vec::new()));
-                self.by_len.len() - 1
-            }
-        };
+        let at = self.find(len).unwrap_or_else(|| {
+            self.by_len.push((len, Vec::new()));
+            self.by_len.len() - 1
+        });
         &mut self.by_len[at].1
     }
 }
@@ -98,7 +109,7 @@ impl Recycler {
     /// when reused; a read fills it whole or fails).
     pub fn get(&self, len: usize) -> AlignedBuf {
         let mut free = self.free.lock();
-        if let Some(buf) = free.of_len(len).pop() {
+        if let Some(buf) = free.pop(len) {
             if buf.region().is_none() {
                 free.bytes -= len;
             }
@@ -340,6 +351,30 @@ mod tests {
             "beyond its bytes a buffer is freed"
         );
         assert_eq!(r.own_bytes(), 2 * 8192 + 4096);
+    }
+
+    #[test]
+    fn each_length_is_served_from_its_own_free_list() {
+        let r = Recycler::new(1 << 20);
+        let lens = [8192, 3 * 4096, 4096, 16 * 8192];
+        let addrs: Vec<_> = lens
+            .iter()
+            .map(|&len| {
+                let buf = r.get(len);
+                let addr = buf.as_ptr();
+                r.put(buf);
+                addr
+            })
+            .collect();
+        assert_eq!(r.free_bytes(), lens.iter().sum::<usize>());
+        // Asked in another order than they came back (each ask moves its list to the front).
+        for i in [2, 0, 3, 0, 1] {
+            let buf = r.get(lens[i]);
+            assert_eq!((buf.len(), buf.as_ptr()), (lens[i], addrs[i]));
+            r.put(buf);
+        }
+        assert_eq!(r.free_bytes(), lens.iter().sum::<usize>());
+        assert_eq!(r.fresh_buffers(), lens.len() as u64, "no buffer made twice");
     }
 
     #[test]
