@@ -64,10 +64,11 @@ pub struct InnerSide {
     pub decode_columns: Columns,
     /// Positions of the key columns within `decode_columns`.
     pub key_positions: Vec<usize>,
-    /// Positions of the scan's columns within `decode_columns`.
-    pub read_positions: Vec<usize>,
-    /// Schema of the scan's columns (`read_positions` of the decoded ones), built once: a
-    /// page's view of them then makes no schema of its own.
+    /// How many of `decode_columns` are the scan's: they come first (the join key's columns
+    /// not among them follow).
+    pub read_width: usize,
+    /// Schema of the scan's columns (the first `read_width` decoded), built once: a page's
+    /// view of them then makes no schema of its own.
     pub read_schema: SchemaRef,
     /// Predicate of the replaced scan, over its columns.
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
@@ -83,7 +84,7 @@ pub struct InnerSide {
 impl InnerSide {
     /// Table columns of the scan it stands for (the join key's columns may be decoded too).
     pub fn read_columns(&self) -> &[usize] {
-        &self.decode_columns.indices[..self.read_positions.len()]
+        &self.decode_columns.indices[..self.read_width]
     }
 
     /// The inner side over the `index`-th index of `table`, keyed by its first `key_len`
@@ -131,7 +132,7 @@ impl InnerSide {
         let keys = IndexColumns::new(&table, index, &decode_columns)?.map(Arc::new);
         Ok(Self {
             sparse: meta.is_sparse(),
-            read_positions: (0..read_columns.len()).collect(),
+            read_width: read_columns.len(),
             decode_columns,
             keys,
             table,

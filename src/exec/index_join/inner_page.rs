@@ -39,9 +39,7 @@ impl InnerSide {
             // The projected schema is the node's, built once (not a new one per page).
             Some(cols) => RecordBatch::try_new_with_options(
                 self.output_schema.clone(),
-                cols.iter()
-                    .map(|&c| decoded.column(self.read_positions[c]).clone())
-                    .collect(),
+                cols.iter().map(|&c| decoded.column(c).clone()).collect(),
                 &RecordBatchOptions::new().with_row_count(Some(decoded.num_rows())),
             )?,
             None => self.scan_columns(decoded)?,
@@ -78,12 +76,12 @@ impl InnerSide {
 
     /// The scan's columns of `decoded`, as a batch of the scan's schema.
     fn scan_columns(&self, decoded: &RecordBatch) -> Result<RecordBatch> {
-        if self.read_positions.len() == decoded.num_columns() {
+        if self.read_width == decoded.num_columns() {
             return Ok(decoded.clone());
         }
         Ok(RecordBatch::try_new_with_options(
             self.read_schema.clone(),
-            decoded.columns()[..self.read_positions.len()].to_vec(),
+            decoded.columns()[..self.read_width].to_vec(),
             &RecordBatchOptions::new().with_row_count(Some(decoded.num_rows())),
         )?)
     }
