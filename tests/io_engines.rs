@@ -701,3 +701,122 @@ async fn lookups_descended_ahead_find_what_lookups_from_the_root_find() {
     }
     assert!(found_any, "some lookup found rows");
 }
+
+/// Heap pages read into an inbox (no future per read): each ends there once, verified, with
+/// damage named; the pool caches the good pages, forgets the failed ones and is left with no
+/// read in flight; the counters see every read end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heap_reads_end_in_the_inbox_verified_and_cached() {
+    use ooode::access::heap_reads::{HeapInbox, Start};
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let inner: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig::default()).unwrap());
+    let faulty = Arc::new(FaultyEngine::new(inner));
+    let heap = dir.path().join("t/heap.0.pages");
+    faulty.inject(&heap, 2 * PAGE as u64, Fault::Corrupt(1000));
+    faulty.inject(&heap, 4 * PAGE as u64, Fault::ShortRead(10));
+    faulty.inject(
+        &heap,
+        5 * PAGE as u64,
+        Fault::Delay(Duration::from_millis(30)),
+    );
+    let pool = BufferPool::new(1 << 24);
+    let io = Arc::new(TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap());
+    assert!(io.engine().starts_reads());
+    let metrics = IoMetrics::new();
+    let inbox = HeapInbox::new(io.clone(), Counters::one(metrics.clone()));
+    let pages = table.manifest().heap_pages;
+    assert!(pages > 6, "the table has {pages} heap pages");
+    for p in 0..pages {
+        assert!(matches!(inbox.start(p), Start::Started), "page {p}");
+    }
+    assert!(
+        matches!(inbox.start(pages), Start::Unavailable),
+        "past the end"
+    );
+    let mut ended = Vec::new();
+    let mut batch = Vec::new();
+    while (ended.len() as u64) < pages {
+        futures::future::poll_fn(|cx| inbox.poll_ended(cx, &mut batch)).await;
+        ended.append(&mut batch);
+    }
+    ended.sort_by_key(|(p, _)| *p);
+    for (p, result) in ended {
+        match p {
+            2 => {
+                let e = result.unwrap_err();
+                assert!(
+                    matches!(e, StorageError::Corrupted { page: Some(2), .. }),
+                    "{e}"
+                );
+                assert!(
+                    e.to_string().contains("heap.0.pages") && e.to_string().contains("checksum")
+                );
+            }
+            4 => {
+                let e = result.unwrap_err();
+                assert!(
+                    matches!(e, StorageError::Corrupted { page: Some(4), .. }),
+                    "{e}"
+                );
+                assert!(e.to_string().contains("truncated"), "{e}");
+            }
+            _ => assert_eq!(
+                &result.unwrap()[..],
+                &table.heap().read_page(p).unwrap()[..],
+                "page {p}"
+            ),
+        }
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.loading, 0);
+    assert_eq!(stats.pages, pages - 2, "the failed pages are not cached");
+    let snap = metrics.snapshot();
+    assert_eq!((snap.reads, snap.in_flight, snap.errors), (pages, 0, 2));
+    // Cached now: a hit, no read; a failed page is read again.
+    assert!(matches!(inbox.start(3), Start::Cached(_)));
+    assert!(matches!(inbox.start(2), Start::Started));
+}
+
+/// Reads an inbox started end their pool entries even when the inbox's owner is gone (a
+/// cancelled query): the pages are cached, nothing is left loading or in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heap_reads_whose_reader_left_still_end() {
+    use ooode::access::heap_reads::{HeapInbox, Start};
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path());
+    let inner: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig::default()).unwrap());
+    let faulty = Arc::new(FaultyEngine::new(inner));
+    let heap = dir.path().join("t/heap.0.pages");
+    for p in 0..4 {
+        faulty.inject(
+            &heap,
+            p * PAGE as u64,
+            Fault::Delay(Duration::from_millis(50)),
+        );
+    }
+    let pool = BufferPool::new(1 << 24);
+    let io = Arc::new(TableIo::open(table.clone(), faulty.clone(), pool.clone()).unwrap());
+    let metrics = IoMetrics::new();
+    let inbox = HeapInbox::new(io.clone(), Counters::one(metrics.clone()));
+    for p in 0..4 {
+        assert!(matches!(inbox.start(p), Start::Started));
+    }
+    drop(inbox);
+    assert!(pool.stats().loading > 0, "the reads are still delayed");
+    // A request for one of them waits for that read, not a read of its own.
+    let page = io
+        .heap_page(1, &Counters::one(IoMetrics::new()))
+        .await
+        .unwrap();
+    assert_eq!(&page[..], &table.heap().read_page(1).unwrap()[..]);
+    for _ in 0..200 {
+        if pool.stats().loading == 0 && metrics.snapshot().in_flight == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.loading, stats.pages, stats.misses), (0, 4, 4));
+    assert_eq!(metrics.snapshot().in_flight, 0);
+}

@@ -121,6 +121,7 @@ impl Queues {
             }
             let cell = level.pop_front().expect("non-empty level");
             admission.waiting.fetch_sub(1, SeqCst);
+            waiters.share.waiting.fetch_sub(1, SeqCst);
             if let Some(queued_at) = cell.queued_at {
                 let waited = queued_at.elapsed().as_nanos() as u64;
                 cell.granted_after.store(waited, SeqCst);
@@ -189,6 +190,8 @@ pub struct Share {
     /// Whether it runs beside short queries, so that, long, it leaves the reserve free.
     beside_short: AtomicBool,
     in_use: AtomicUsize,
+    /// Its requests queued now.
+    waiting: AtomicUsize,
     admission: Arc<Admission>,
     /// Requests that were queued, their time queued until granted, and from the grant until
     /// their task ran (summed, nanoseconds): where a query's time goes under load.
@@ -268,6 +271,7 @@ impl Admission {
             short_query_reads,
             beside_short: AtomicBool::new(false),
             in_use: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             admission: self.clone(),
             queued: AtomicU64::new(0),
             queued_nanos: AtomicU64::new(0),
@@ -341,6 +345,12 @@ impl Share {
     /// Permits this query holds now.
     pub fn in_use(&self) -> usize {
         self.in_use.load(SeqCst)
+    }
+
+    /// Whether requests of other queries wait for permits now.
+    pub fn others_queued(&self) -> bool {
+        let own = self.waiting.load(SeqCst);
+        self.admission.waiting.load(SeqCst) > own
     }
 
     /// A permit now, if one is free and nobody waits for one.
@@ -475,6 +485,7 @@ impl Future for Acquire {
                     waiters.levels[this.level].push_back(cell.clone());
                     q.enqueue(id, this.share.class());
                     a.waiting.fetch_add(1, SeqCst);
+                    this.share.waiting.fetch_add(1, SeqCst);
                     // Room freed before the request was queued is handed out here, under
                     // the same lock.
                     a.dispatch_locked(&mut q);
@@ -519,6 +530,7 @@ impl Drop for Acquire {
                     if let Some(i) = level.iter().position(|c| Arc::ptr_eq(c, &cell)) {
                         level.remove(i);
                         a.waiting.fetch_sub(1, SeqCst);
+                        self.share.waiting.fetch_sub(1, SeqCst);
                     }
                 }
             }

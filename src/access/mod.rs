@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod heap_reads;
 pub mod idle_lane;
 pub mod index_only;
 pub mod merge;

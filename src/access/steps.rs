@@ -22,7 +22,7 @@ use arrow::compute::take_record_batch;
 use datafusion::common::{DataFusionError, Result};
 use futures::Stream;
 
-use super::admission::Permit;
+use super::admission::{Acquire, Permit};
 use super::budget::QueryIo;
 use super::table_io::{Counters, TableIo};
 use crate::config::ExecutionMode;
@@ -90,6 +90,36 @@ impl StepCtx {
         &self.counters
     }
 
+    /// A permit now for a read of the node's, if one is free and no read waits for one;
+    /// None also for steps that read without admission (they wait for nothing, and need no
+    /// permit: see [`missing_heap_page`]). See [`Self::note_read`].
+    pub fn try_permit(&self) -> Option<Permit> {
+        match self.admitted {
+            true => self.query.try_permit(),
+            false => None,
+        }
+    }
+
+    /// A request for a permit for a read of the node's, queued in admission at the node's
+    /// level; None for steps that read without admission.
+    pub fn acquire(&self) -> Option<Acquire> {
+        self.admitted.then(|| self.query.permit(self.level))
+    }
+
+    /// Notes a read of the node's issued under a permit of [`Self::try_permit`] or
+    /// [`Self::acquire`].
+    pub fn note_read(&self) {
+        self.query.note_read(&self.counters);
+    }
+
+    /// Whether reads of other queries wait for permits now: a read of this query's waiting
+    /// for a permit outside admission's queue would then pass them, so it should queue (see
+    /// [`missing_heap_page`]). (No permit is handed out while any read waits, see
+    /// [`Self::try_permit`].)
+    pub fn others_queued(&self) -> bool {
+        self.query.share().others_queued()
+    }
+
     async fn permit(&self) -> Option<Permit> {
         let permit = match self.admitted {
             true => Some(self.query.permit(self.level).await),
@@ -131,6 +161,24 @@ pub async fn missing_heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> 
     Ok(HeldPage {
         page,
         _permit: permit,
+    })
+}
+
+/// [`missing_heap_page`] under `permit`, got already.
+pub async fn heap_page_under(
+    table: &TableIo,
+    page_no: u64,
+    ctx: &StepCtx,
+    permit: Permit,
+) -> Result<HeldPage> {
+    ctx.note_read();
+    let page = table
+        .heap_page(page_no, &ctx.counters)
+        .await
+        .map_err(to_df)?;
+    Ok(HeldPage {
+        page,
+        _permit: Some(permit),
     })
 }
 

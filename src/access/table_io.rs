@@ -19,6 +19,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use crate::io::metrics::ReadGuard;
+use crate::io::pool::PageKey;
 use crate::io::{BufferPool, FileId, IoEngine, IoMetrics, PageBuf, PageHint};
 use crate::storage::btree::node::{NodeRef, SearchKeys};
 use crate::storage::page::{PageKind, verify_page};
@@ -64,7 +65,7 @@ impl Counters {
     }
 
     /// The size class reads are queued in at the device.
-    fn class(&self) -> usize {
+    pub(crate) fn class(&self) -> usize {
         self.0.share.as_ref().map_or(0, |s| s.class())
     }
 
@@ -87,6 +88,18 @@ impl Counters {
         ReadGuard::start([self.0.node.as_deref(), self.0.query.as_deref()])
     }
 
+    /// Counts a read as started, for [`Self::finish_started`]: when it started.
+    pub(crate) fn start_detached(&self) -> Option<std::time::Instant> {
+        self.start().into_started()
+    }
+
+    /// Counts a read begun by [`Self::start_detached`] as done: `Some(bytes)` read, or
+    /// failed.
+    pub(crate) fn finish_started(&self, started: Option<std::time::Instant>, bytes: Option<usize>) {
+        let metrics = [self.0.node.as_deref(), self.0.query.as_deref()];
+        ReadGuard::resume(metrics, started).finish(bytes);
+    }
+
     /// Counts a page found without a read.
     pub fn hit(&self) {
         self.hits(1);
@@ -98,6 +111,15 @@ impl Counters {
             (self.0.node.iter().chain(&self.0.query)).for_each(|m| m.hits(n));
         }
     }
+}
+
+/// Where a page is: its key in the buffer pool, and its file and bytes in the engine.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PageLocation {
+    pub key: PageKey,
+    pub file: FileId,
+    pub offset: u64,
+    pub len: usize,
 }
 
 /// How a table's files are named: in the buffer pool, and (with a version) in the engine.
@@ -703,6 +725,22 @@ impl TableIo {
         (part, page_no - part.heap_base)
     }
 
+    /// Where heap page `page_no` is: None past the table's pages.
+    pub(crate) fn heap_location(&self, page_no: u64) -> Option<PageLocation> {
+        let (part, local) = self.heap_part(page_no);
+        let seg = &part.heap;
+        if local >= seg.pages {
+            return None;
+        }
+        let (path_idx, offset) = seg.striping.locate(local);
+        Some(PageLocation {
+            key: (seg.pool_keys[path_idx], offset),
+            file: seg.files[path_idx],
+            offset,
+            len: seg.striping.page_size,
+        })
+    }
+
     /// Heap page `page_no`, verified; reads and hits are counted in `counters`.
     pub async fn heap_page(&self, page_no: u64, counters: &Counters) -> Result<PageBuf> {
         let (part, local) = self.heap_part(page_no);
@@ -896,7 +934,7 @@ impl TableIo {
 }
 
 /// Names the page in a read error; a short read is a truncated file.
-fn page_error(e: StorageError, page_no: u64) -> StorageError {
+pub(crate) fn page_error(e: StorageError, page_no: u64) -> StorageError {
     match e {
         StorageError::Io { path, source, .. }
             if source.kind() == std::io::ErrorKind::UnexpectedEof =>

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 use super::buf::PageBuf;
 use super::metrics::IoMetrics;
-use super::{FileId, IoEngine, ReadFuture};
+use super::{FileId, IoEngine, ReadFuture, ReadSink};
 use crate::storage::page::AlignedBuf;
 use crate::storage::{Result, StorageError};
 
@@ -56,6 +56,60 @@ impl FaultyEngine {
     }
 }
 
+/// `fault` (not a delay) applied to the outcome of a read of `len` bytes at `offset` of
+/// `path`. An error fault fails the read once the real one ended, as a failing device would.
+fn apply(
+    fault: &Fault,
+    path: &Path,
+    offset: u64,
+    len: usize,
+    read: Result<PageBuf>,
+) -> Result<PageBuf> {
+    let page = read?;
+    match *fault {
+        Fault::Error(errno) => Err(StorageError::io(
+            path,
+            format!("read {len} bytes at offset {offset}"),
+            std::io::Error::from_raw_os_error(errno),
+        )),
+        Fault::ShortRead(n) => Err(super::files::short_read(path, offset, len, n.min(len))),
+        Fault::Corrupt(at) => {
+            let mut copy = AlignedBuf::zeroed(page.len());
+            copy.copy_from_slice(&page);
+            if let Some(b) = copy.get_mut(at) {
+                *b ^= 0xFF;
+            }
+            Ok(PageBuf::new(copy, None))
+        }
+        Fault::Delay(_) => Ok(page),
+    }
+}
+
+/// A read started into a sink, with its fault: applied when the read ends (a delay on a
+/// thread of its own, the completion's thread being someone else's).
+struct Faulted {
+    sink: Arc<dyn ReadSink>,
+    fault: Fault,
+    path: PathBuf,
+    offset: u64,
+    len: usize,
+}
+
+impl ReadSink for Faulted {
+    fn complete(&self, token: u64, result: Result<PageBuf>) {
+        if let Fault::Delay(d) = self.fault {
+            let sink = self.sink.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(d);
+                sink.complete(token, result);
+            });
+            return;
+        }
+        let result = apply(&self.fault, &self.path, self.offset, self.len, result);
+        self.sink.complete(token, result);
+    }
+}
+
 impl IoEngine for FaultyEngine {
     fn name(&self) -> &'static str {
         "faulty"
@@ -85,27 +139,44 @@ impl IoEngine for FaultyEngine {
                 );
                 futures::future::ready(Err(err)).boxed()
             }
-            Some(Fault::ShortRead(n)) => async move {
-                read.await?;
-                Err(super::files::short_read(&path, offset, len, n.min(len)))
+            Some(fault) if !matches!(fault, Fault::Delay(_)) => {
+                async move { apply(&fault, &path, offset, len, read.await) }.boxed()
             }
-            .boxed(),
-            Some(Fault::Corrupt(at)) => async move {
-                let page = read.await?;
-                let mut copy = AlignedBuf::zeroed(page.len());
-                copy.copy_from_slice(&page);
-                if let Some(b) = copy.get_mut(at) {
-                    *b ^= 0xFF;
-                }
-                Ok(PageBuf::new(copy, None))
-            }
-            .boxed(),
             Some(Fault::Delay(d)) => async move {
                 tokio::time::sleep(d).await;
                 read.await
             }
             .boxed(),
+            Some(_) => unreachable!("every other fault is applied above"),
         }
+    }
+
+    fn starts_reads(&self) -> bool {
+        self.inner.starts_reads()
+    }
+
+    fn start_read(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        class: usize,
+        sink: &Arc<dyn ReadSink>,
+        token: u64,
+    ) -> bool {
+        let path = self.inner.path(file);
+        let Some(fault) = self.faults.lock().get(&(path.clone(), offset)).cloned() else {
+            return self.inner.start_read(file, offset, len, class, sink, token);
+        };
+        let faulted: Arc<dyn ReadSink> = Arc::new(Faulted {
+            sink: sink.clone(),
+            fault,
+            path,
+            offset,
+            len,
+        });
+        self.inner
+            .start_read(file, offset, len, class, &faulted, token)
     }
 
     fn metrics(&self) -> &Arc<IoMetrics> {

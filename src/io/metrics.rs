@@ -180,6 +180,17 @@ impl<M: Borrow<IoMetrics>> ReadGuard<M> {
         Self { metrics, started }
     }
 
+    /// The guard of a read [`Self::into_started`] let go of, to complete it.
+    pub fn resume(metrics: [Option<M>; 2], started: Option<Instant>) -> Self {
+        Self { metrics, started }
+    }
+
+    /// Lets go of the read without completing it, for [`Self::resume`] elsewhere (where the
+    /// counters are at hand without being held per read): when it started.
+    pub fn into_started(mut self) -> Option<Instant> {
+        self.started.take()
+    }
+
     /// Completes the read: `Some(bytes)` on success, None on failure.
     pub fn finish(self, bytes: Option<usize>) {
         for m in self.metrics.iter().flatten() {

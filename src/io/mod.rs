@@ -59,6 +59,14 @@ pub struct FileId(pub u32);
 /// A page read in progress. `'static`: it can be spawned, stored, or dropped at any time.
 pub type ReadFuture = BoxFuture<'static, Result<PageBuf>>;
 
+/// Where reads started by [`IoEngine::start_read`] end: told each read's outcome once, on
+/// the thread that takes its completion. An operator with many reads in flight gets them
+/// into a queue of its own this way: no future, task or wake-up per read.
+pub trait ReadSink: Send + Sync {
+    /// The read `token` ended with `result`.
+    fn complete(&self, token: u64, result: Result<PageBuf>);
+}
+
 /// Reads byte ranges (pages) of files.
 pub trait IoEngine: Send + Sync + std::fmt::Debug {
     /// Short name ("io_uring", "sync", ...).
@@ -85,6 +93,30 @@ pub trait IoEngine: Send + Sync + std::fmt::Debug {
     fn read_in_class(&self, file: FileId, offset: u64, len: usize, class: usize) -> ReadFuture {
         let _ = class;
         self.read(file, offset, len)
+    }
+
+    /// Starts reading `len` bytes at `offset` for a query of size `class`, to end in `sink`
+    /// with `token`; false if this engine does not (it reads through futures only) or has no
+    /// room for the read now: then nothing was started and `sink` hears nothing. Once
+    /// started, the read always ends in `sink`, even if the engine stops meanwhile, and
+    /// never before this call returned on the calling thread (another thread may end it
+    /// meanwhile).
+    fn start_read(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        class: usize,
+        sink: &Arc<dyn ReadSink>,
+        token: u64,
+    ) -> bool {
+        let _ = (file, offset, len, class, sink, token);
+        false
+    }
+
+    /// Whether [`IoEngine::start_read`] can start reads (else it always refuses).
+    fn starts_reads(&self) -> bool {
+        false
     }
 
     /// Sets how many reads the engine keeps at the device at once, 0 for no limit of its own

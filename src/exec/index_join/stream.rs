@@ -32,6 +32,7 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::future::BoxFuture;
+use futures::future::poll_fn;
 use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
@@ -39,12 +40,14 @@ use tokio::sync::mpsc::Sender;
 use super::exec::InnerSide;
 use super::outer_keys::{OuterRows, group_keys};
 use super::output::{Gather, OutputSpec, compact_views};
-use crate::access::Turn;
+use crate::access::admission::Acquire;
+use crate::access::heap_reads::{Ended, HeapInbox, Start};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
     Descended, PageGroups, Slots, StepCtx, decode_page_shared, descend_ahead, group_by_page,
     lookup_cached, lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
 };
+use crate::access::{Permit, Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::reservation::ChunkedReservation;
 use crate::io::buf::PageBuf;
@@ -99,6 +102,36 @@ const PROBES_AHEAD: usize = 8;
 /// The probes waiting for a page being fetched, with their slots: nearly always one (no
 /// allocation of its own).
 type Waiting = smallvec::SmallVec<[(u64, Slots); 1]>;
+
+/// What became of a heap page to read without a job (see `access::heap_reads`).
+enum Direct {
+    /// Its read started (or it was found in the pool meanwhile).
+    Started,
+    /// No permit is free, and none is queued for: it waits for one of the inbox's reads.
+    AwaitPermit,
+    /// No permit is free: it asks admission for one (see [`PermitFor`]).
+    QueueForPermit,
+    /// It is fetched by a job.
+    Unavailable,
+}
+
+/// A permit asked of admission for a heap page to read into the inbox.
+struct PermitFor {
+    page_no: u64,
+    acquire: Acquire,
+}
+
+impl std::future::Future for PermitFor {
+    type Output = (u64, Permit);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<(u64, Permit)> {
+        let page_no = self.page_no;
+        self.acquire.poll_unpin(cx).map(|permit| (page_no, permit))
+    }
+}
 
 /// Probes whose row ids are known, gathered for one pool lookup of their pages.
 #[derive(Default)]
@@ -218,6 +251,18 @@ struct Join {
     probes: HashMap<u64, Probe>,
     next_id: u64,
     jobs: FuturesUnordered<BoxFuture<'static, Job>>,
+    /// Where heap pages read without a job end (see `access::heap_reads`), if the engine
+    /// reads that way; each such read's permit, by page, held until the page is used; and
+    /// the list the ended reads are moved into.
+    inbox: Option<Arc<HeapInbox>>,
+    direct: HashMap<u64, Permit>,
+    ended: Vec<Ended>,
+    /// Pages to read into the inbox once one of its reads gives its permit back (the query
+    /// holds all it may, and no read of any query waits in admission's queue).
+    awaiting_permit: VecDeque<u64>,
+    /// Pages whose permits are asked of admission (the inbox had no read to wait for, or
+    /// other queries' reads are queued).
+    permit_waits: FuturesUnordered<PermitFor>,
     /// The inner side and how its steps read, under one count of this partition's own: a
     /// page fetch taking them apart would touch counts every partition of the query shares.
     fetch: Arc<Fetch>,
@@ -248,7 +293,14 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         limits,
         memory,
     } = work;
+    let inbox = (inner.table.engine().starts_reads())
+        .then(|| HeapInbox::new(inner.table.clone(), steps.counters().clone()));
     let mut join = Join {
+        inbox,
+        direct: HashMap::new(),
+        ended: Vec::new(),
+        awaiting_permit: VecDeque::new(),
+        permit_waits: FuturesUnordered::new(),
         fetch: Arc::new(Fetch { inner, steps }),
         spec: output,
         keys,
@@ -274,7 +326,8 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         join.decode_ready()?;
         let room = join.out_bytes < join.limits.out_bytes;
         let resumes = room && join.pages.len() < join.limits.max_fetches && !join.parked.is_empty();
-        if resumes || !join.jobs.is_empty() {
+        let reading = !join.jobs.is_empty() || !join.direct.is_empty();
+        if resumes || reading || !join.permit_waits.is_empty() {
             turn.busy().await;
         } else {
             // Nothing in flight, nothing to start: it waits for its input or its consumer.
@@ -285,7 +338,14 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         }
         let room = join.out_bytes < join.limits.out_bytes;
         let want_outer = !outer_done && room && join.probes.len() < join.limits.max_probes;
-        if outer_done && join.jobs.is_empty() && join.parked.is_empty() && join.out.is_empty() {
+        if outer_done
+            && join.jobs.is_empty()
+            && join.direct.is_empty()
+            && join.awaiting_permit.is_empty()
+            && join.permit_waits.is_empty()
+            && join.parked.is_empty()
+            && join.out.is_empty()
+        {
             break;
         }
         // Output leaves in full batches while work is ready (a page's few rows each, as they
@@ -300,6 +360,10 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
                 }
             }
             Some(job) = join.jobs.next(), if !join.jobs.is_empty() => join.done(job)?,
+            _ = poll_fn(|cx| poll_ended(join.inbox.as_deref(), cx, &mut join.ended)),
+                if !join.direct.is_empty() => join.take_ended()?,
+            Some((page_no, permit)) = join.permit_waits.next(), if !join.permit_waits.is_empty()
+                => join.start_under(page_no, permit),
             next = outer.next(), if want_outer => match next {
                 None => outer_done = true,
                 Some(batch) => join.add_outer(batch?, &outer_keys, &node)?,
@@ -317,6 +381,18 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         }
     }
     Ok(())
+}
+
+/// Waits for reads to end in `inbox` (see [`HeapInbox::poll_ended`]).
+fn poll_ended(
+    inbox: Option<&HeapInbox>,
+    cx: &mut std::task::Context<'_>,
+    out: &mut Vec<Ended>,
+) -> std::task::Poll<()> {
+    match inbox {
+        Some(inbox) => inbox.poll_ended(cx, out),
+        None => std::task::Poll::Pending,
+    }
 }
 
 impl Join {
@@ -594,8 +670,8 @@ impl Join {
         let Some(p) = self.probes.get_mut(&probe) else {
             return;
         };
+        p.pending += groups.len();
         for (page_no, slots) in groups {
-            p.pending += 1;
             if let Some(waiting) = self.pages.get_mut(&page_no) {
                 waiting.push((probe, slots));
                 continue;
@@ -616,21 +692,116 @@ impl Join {
                 self.ready.push_back((page_no, page));
                 continue;
             }
-            let fetch = self.fetch.clone();
-            self.jobs.push(
-                async move {
-                    let rows = async {
-                        let (inner, steps) = (&fetch.inner, &fetch.steps);
-                        let held = missing_heap_page(&inner.table, page_no, steps).await?;
-                        // Probes take a few rows of the page (copied into the output).
-                        decode_page_shared(&inner.table, page_no, &held.page, &inner.decode_columns)
-                    }
-                    .await;
-                    Job::Page(page_no, rows)
-                }
-                .boxed(),
-            );
+            match self.try_direct(page_no) {
+                Direct::Started => {}
+                Direct::AwaitPermit => self.awaiting_permit.push_back(page_no),
+                Direct::QueueForPermit => self.queue_for_permit(page_no),
+                Direct::Unavailable => self.push_fetch_job(page_no),
+            }
         }
+    }
+
+    /// Asks admission for a permit to read heap page `page_no` into the inbox.
+    fn queue_for_permit(&mut self, page_no: u64) {
+        match self.fetch.steps.acquire() {
+            Some(acquire) => self.permit_waits.push(PermitFor { page_no, acquire }),
+            None => self.push_fetch_job(page_no),
+        }
+    }
+
+    /// Fetches heap page `page_no` by a job: it waits for a permit in admission's queue,
+    /// then reads the page through the pool's `get` (joining another request's read).
+    fn push_fetch_job(&mut self, page_no: u64) {
+        let fetch = self.fetch.clone();
+        self.jobs.push(
+            async move {
+                let rows = async {
+                    let (inner, steps) = (&fetch.inner, &fetch.steps);
+                    let held = missing_heap_page(&inner.table, page_no, steps).await?;
+                    // Probes take a few rows of the page (copied into the output).
+                    decode_page_shared(&inner.table, page_no, &held.page, &inner.decode_columns)
+                }
+                .await;
+                Job::Page(page_no, rows)
+            }
+            .boxed(),
+        );
+    }
+
+    /// Starts reading heap page `page_no` into the inbox under a permit free now (or hands
+    /// it over, found in the pool meanwhile).
+    fn try_direct(&mut self, page_no: u64) -> Direct {
+        let Some(inbox) = &self.inbox else {
+            return Direct::Unavailable;
+        };
+        let Some(permit) = self.fetch.steps.try_permit() else {
+            // At the query's limit (or the runtime's), or behind its own queued reads: the
+            // inbox's reads give permits back for it. When other queries' reads are queued,
+            // admission decides whose turn it is.
+            let steps = &self.fetch.steps;
+            return match !self.direct.is_empty() && !steps.others_queued() {
+                true => Direct::AwaitPermit,
+                false => Direct::QueueForPermit,
+            };
+        };
+        self.start_into(inbox.clone(), page_no, permit)
+    }
+
+    /// Starts reading heap page `page_no` into `inbox` under `permit`.
+    fn start_into(&mut self, inbox: Arc<HeapInbox>, page_no: u64, permit: Permit) -> Direct {
+        match inbox.start(page_no) {
+            Start::Cached(page) => self.ready.push_back((page_no, page)),
+            Start::Started => {
+                self.fetch.steps.note_read();
+                self.direct.insert(page_no, permit);
+            }
+            Start::Unavailable => return Direct::Unavailable,
+        }
+        Direct::Started
+    }
+
+    /// Starts the pages awaiting a permit while permits are free. When none is, the rest
+    /// wait for the inbox's next reads to end, or, if it has none left or requests wait in
+    /// admission's queue, are fetched by jobs.
+    fn start_awaiting(&mut self) {
+        while let Some(&page_no) = self.awaiting_permit.front() {
+            match self.try_direct(page_no) {
+                Direct::AwaitPermit => return,
+                Direct::Started => {}
+                Direct::QueueForPermit => self.queue_for_permit(page_no),
+                Direct::Unavailable => self.push_fetch_job(page_no),
+            }
+            self.awaiting_permit.pop_front();
+        }
+    }
+
+    /// Starts heap page `page_no` under `permit`, granted by admission.
+    fn start_under(&mut self, page_no: u64, permit: Permit) {
+        let started = match &self.inbox {
+            Some(inbox) => self.start_into(inbox.clone(), page_no, permit),
+            None => unreachable!("permits are asked for only to read into the inbox"),
+        };
+        if let Direct::Unavailable = started {
+            self.push_fetch_job(page_no);
+        }
+    }
+
+    /// Decodes the pages whose reads ended in the inbox, for their probes; each read's permit
+    /// is given back once its page is used.
+    fn take_ended(&mut self) -> Result<()> {
+        let mut ended = std::mem::take(&mut self.ended);
+        for (page_no, page) in ended.drain(..) {
+            let permit = self.direct.remove(&page_no);
+            let inner = &self.fetch.inner;
+            let rows = page.map_err(to_df).and_then(|page| {
+                decode_page_shared(&inner.table, page_no, &page, &inner.decode_columns)
+            });
+            self.done(Job::Page(page_no, rows))?;
+            drop(permit);
+        }
+        self.ended = ended;
+        self.start_awaiting();
+        Ok(())
     }
 
     /// Resumes parked probes while the window of fetches and the output have room; pages they

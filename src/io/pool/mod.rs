@@ -26,6 +26,8 @@
 //!   evicts instead of growing.
 //! - `clear()` empties it (cold-cache benchmarks); `set_budget` resizes it.
 
+mod direct;
+
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -38,6 +40,8 @@ use parking_lot::Mutex;
 use super::buf::PageBuf;
 use super::{FileId, ReadFuture};
 use crate::storage::{Result, StorageError};
+
+pub use direct::Claim;
 
 /// Identifies a page: file (a pool file key, see [`BufferPool::file_key`]) and byte offset.
 pub type PageKey = (FileId, u64);
@@ -88,6 +92,11 @@ enum State {
         waiters: u32,
     },
     Ready(PageBuf),
+    /// Being read by a reader that ends the read itself (see [`direct`]): requests for the
+    /// page wait for that, then look again.
+    Direct {
+        joiners: Vec<std::task::Waker>,
+    },
 }
 
 struct Entry {
@@ -293,6 +302,8 @@ enum Next {
 enum Found {
     Hit(PageBuf),
     Join(SharedRead),
+    /// A direct read (see [`direct`]): wait for its end, then look again.
+    Direct,
     Absent,
 }
 
@@ -383,36 +394,43 @@ impl BufferPool {
     ) -> Result<(PageBuf, bool)> {
         let shard = self.shard(&key);
         let mut load = Some(load);
-        let next = {
-            let mut s = shard.lock();
-            match Self::find(&mut s, &key, hint) {
-                Found::Hit(page) => return Ok((page, true)),
-                found @ Found::Join(_) => Some(Next::Found(found)),
-                // Room without evicting (the usual case): the entry goes in under this same
-                // lock, one lookup per miss.
-                Found::Absent if self.reserve_without_evicting(len) => Some(Next::Wait(
-                    Self::insert_loading(&mut s, key, len, hint, &mut load),
-                )),
-                Found::Absent => None,
-            }
-        };
-        // Else a miss: room first (eviction visits other shards, one lock at a time), then
-        // the entry, unless another request put it there meanwhile.
-        let next = match next {
-            Some(next) => next,
-            None => {
-                let reserved = self.reserve(len);
-                self.start_read(shard, key, len, hint, reserved, &mut load)
-            }
-        };
-        match next {
-            Next::Found(Found::Hit(page)) => Ok((page, true)),
-            Next::Found(Found::Join(read)) => self.wait(key, read, true).await,
-            Next::Found(Found::Absent) | Next::Bypass => {
-                let load = load.take().expect("the read starts once");
-                Ok((load().await?, false))
-            }
-            Next::Wait(read) => self.wait(key, read, false).await,
+        loop {
+            let next = {
+                let mut s = shard.lock();
+                match Self::find(&mut s, &key, hint) {
+                    Found::Hit(page) => return Ok((page, true)),
+                    found @ (Found::Join(_) | Found::Direct) => Some(Next::Found(found)),
+                    // Room without evicting (the usual case): the entry goes in under this
+                    // same lock, one lookup per miss.
+                    Found::Absent if self.reserve_without_evicting(len) => Some(Next::Wait(
+                        Self::insert_loading(&mut s, key, len, hint, &mut load),
+                    )),
+                    Found::Absent => None,
+                }
+            };
+            // Else a miss: room first (eviction visits other shards, one lock at a time),
+            // then the entry, unless another request put it there meanwhile.
+            let next = match next {
+                Some(next) => next,
+                None => {
+                    let reserved = self.reserve(len);
+                    self.start_read(shard, key, len, hint, reserved, &mut load)
+                }
+            };
+            return match next {
+                Next::Found(Found::Hit(page)) => Ok((page, true)),
+                Next::Found(Found::Join(read)) => self.wait(key, read, true).await,
+                // Its reader caches the page or forgets the entry: then look again.
+                Next::Found(Found::Direct) => {
+                    direct::DirectWait::new(self, key).await;
+                    continue;
+                }
+                Next::Found(Found::Absent) | Next::Bypass => {
+                    let load = load.take().expect("the read starts once");
+                    Ok((load().await?, false))
+                }
+                Next::Wait(read) => self.wait(key, read, false).await,
+            };
         }
     }
 
@@ -492,6 +510,10 @@ impl BufferPool {
                 let read = read.clone();
                 s.stats.joined += 1;
                 Found::Join(read)
+            }
+            State::Direct { .. } => {
+                s.stats.joined += 1;
+                Found::Direct
             }
         }
     }
@@ -799,7 +821,7 @@ impl BufferPool {
             out.loading += s
                 .map
                 .values()
-                .filter(|e| matches!(e.state, State::Loading { .. }))
+                .filter(|e| matches!(e.state, State::Loading { .. } | State::Direct { .. }))
                 .count() as u64;
         }
         out.used_bytes = self.used.load(SeqCst) as u64;

@@ -47,7 +47,7 @@ use futures::channel::oneshot;
 use self::choice::RingChoice;
 use self::queue::{DeviceQueue, Queued};
 use self::reap::Reaper;
-use self::request::ReadOp;
+use self::request::{ReadOp, Reply, SinkReply};
 use self::ring::{Ring, Target};
 use super::batch::{self, Submit};
 use super::buf::{PageBuf, Recycler};
@@ -55,7 +55,7 @@ use super::files::FileTable;
 use super::metrics::IoMetrics;
 use super::priority::UNKNOWN_CLASS;
 use super::read_log::ReadLog;
-use super::{FileId, IoEngine, ReadFuture};
+use super::{FileId, IoEngine, ReadFuture, ReadSink};
 use crate::storage::{Result, StorageError};
 
 /// Most files one engine registers with its rings.
@@ -142,6 +142,14 @@ impl std::fmt::Debug for UringEngine {
 }
 
 impl UringEngine {
+    /// Where the kernel finds `file`: its registered slot, or its descriptor.
+    fn target(&self, file: FileId) -> Option<Target> {
+        match self.use_fixed.load(Relaxed) {
+            true => Some(Target::Fixed(file.0)),
+            false => self.files.file(file).map(|f| Target::Fd(f.as_raw_fd())),
+        }
+    }
+
     /// Sets up the rings and their completion threads; fails where io_uring is unavailable.
     pub fn new(config: UringConfig) -> std::io::Result<Self> {
         let max_in_flight = config.max_in_flight.clamp(1, 32768);
@@ -276,12 +284,7 @@ impl IoEngine for UringEngine {
     }
 
     fn read_in_class(&self, file: FileId, offset: u64, len: usize, class: usize) -> ReadFuture {
-        let target = if self.use_fixed.load(Relaxed) {
-            Some(Target::Fixed(file.0))
-        } else {
-            self.files.file(file).map(|f| Target::Fd(f.as_raw_fd()))
-        };
-        let Some(target) = target else {
+        let Some(target) = self.target(file) else {
             let err = StorageError::InvalidArgument(format!("file id {} was not opened", file.0));
             return futures::future::ready(Err(err)).boxed();
         };
@@ -302,6 +305,44 @@ impl IoEngine for UringEngine {
                 class,
             },
         })
+    }
+
+    fn starts_reads(&self) -> bool {
+        true
+    }
+
+    fn start_read(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        class: usize,
+        sink: &Arc<dyn ReadSink>,
+        token: u64,
+    ) -> bool {
+        let Some(target) = self.target(file) else {
+            return false;
+        };
+        let ring = &self.rings[self.choice.ring()];
+        // A full ring: the caller reads through a future, which waits for a slot.
+        if !ring.try_slot() {
+            return false;
+        }
+        if let Some(log) = self.log.get() {
+            log.note(file, offset, len);
+        }
+        let reply = Reply::Sink(SinkReply::new(sink.clone(), token));
+        let issue = Issue {
+            ring,
+            target,
+            recycler: &self.recycler,
+            metrics: &self.metrics,
+            device: &self.device,
+            class,
+        };
+        // Not reaped here: a sink hears of a read only after this call returned.
+        issue.send(file, offset, len, reply, false);
+        true
     }
 
     fn metrics(&self) -> &Arc<IoMetrics> {
@@ -361,6 +402,46 @@ impl IoEngine for UringEngine {
 }
 
 /// A read: pushed into its ring at the first poll, then waiting for its completion.
+/// What sending one read into a ring takes (its slot already held).
+struct Issue<'a> {
+    ring: &'a Arc<Ring>,
+    target: Target,
+    recycler: &'a Recycler,
+    metrics: &'a Arc<IoMetrics>,
+    device: &'a DeviceQueue,
+    class: usize,
+}
+
+impl Issue<'_> {
+    /// Pushes the read into the ring (submitted when the open batch closes, else now, and
+    /// then reaped at once if `reap_now`), or queues it for the device when the engine limits
+    /// the device's queue and it is full.
+    fn send(self, file: FileId, offset: u64, len: usize, reply: Reply, reap_now: bool) {
+        let counted = self.device.limited();
+        let op = Box::new(ReadOp {
+            file,
+            offset,
+            buf: self.recycler.get(len),
+            reply,
+            guard: self.metrics.start_read(),
+            counted,
+        });
+        if !counted || self.device.try_enter() {
+            self.ring.push(self.target, op);
+            let submit: Arc<dyn Submit> = self.ring.clone();
+            if !batch::defer(&submit) {
+                match reap_now {
+                    true => submit.submit_pushed(),
+                    false => self.ring.submit_now(),
+                }
+            }
+        } else {
+            let queued = Queued::new(self.ring.clone(), self.target, op);
+            self.device.enqueue(self.class, queued);
+        }
+    }
+}
+
 struct UringRead {
     state: ReadState,
 }
@@ -405,24 +486,15 @@ impl Future for UringRead {
                         return Poll::Pending;
                     }
                     let (reply, rx) = oneshot::channel();
-                    let counted = device.limited();
-                    let op = Box::new(ReadOp {
-                        file: *file,
-                        offset: *offset,
-                        buf: recycler.get(*len),
-                        reply,
-                        guard: metrics.start_read(),
-                        counted,
-                    });
-                    if !counted || device.try_enter() {
-                        ring.push(*target, op);
-                        let submit: Arc<dyn Submit> = ring.clone();
-                        if !batch::defer(&submit) {
-                            submit.submit_pushed();
-                        }
-                    } else {
-                        device.enqueue(*class, Queued::new(ring.clone(), *target, op));
-                    }
+                    let issue = Issue {
+                        ring,
+                        target: *target,
+                        recycler,
+                        metrics,
+                        device,
+                        class: *class,
+                    };
+                    issue.send(*file, *offset, *len, Reply::Future(reply), true);
                     let path_of = PathOf(ring.clone(), *file);
                     self.state = ReadState::Waiting(rx, path_of);
                 }

@@ -32,6 +32,7 @@ use crate::io::arena::{Arena, MAX_REGIONS};
 use crate::io::batch::Submit;
 use crate::io::buf::{PageBuf, Recycler};
 use crate::io::files::{FileTable, short_read};
+use crate::io::priority::take_below;
 use crate::storage::StorageError;
 
 /// `IORING_ENTER_GETEVENTS` of io_uring_enter(2): wait for completions.
@@ -316,16 +317,8 @@ impl Ring {
     /// Takes a slot for one read, or registers the reader to be woken when one frees up.
     pub fn poll_slot(&self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            let n = self.in_flight.load(SeqCst);
-            if n < self.capacity {
-                if self
-                    .in_flight
-                    .compare_exchange(n, n + 1, SeqCst, SeqCst)
-                    .is_ok()
-                {
-                    return Poll::Ready(());
-                }
-                continue;
+            if self.try_slot() {
+                return Poll::Ready(());
             }
             let mut waiters = self.slot_waiters.lock();
             waiters.push(cx.waker().clone());
@@ -336,6 +329,11 @@ impl Ring {
             }
             return Poll::Pending;
         }
+    }
+
+    /// Takes a slot if one is free now.
+    pub fn try_slot(&self) -> bool {
+        take_below(&self.in_flight, self.capacity)
     }
 
     /// Gives back `n` slots and wakes the readers waiting for one.
@@ -497,6 +495,5 @@ fn complete(op: ReadOp, result: i32, ring: &Ring) {
     } else {
         Ok(PageBuf::new(buf, Some(ring.recycler.clone())))
     };
-    // A closed receiver is a cancelled read: the buffer is recycled by dropping the result.
-    let _ = reply.send(outcome);
+    reply.send(outcome);
 }
