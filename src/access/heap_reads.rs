@@ -124,6 +124,9 @@ impl HeapInbox {
 impl ReadSink for HeapInbox {
     fn complete(&self, page_no: u64, result: Result<PageBuf>) {
         let path = self.table.heap_file(page_no);
+        // Started, so it has a place; in its segment's file it is page `at.page`.
+        let at = self.table.heap_location(page_no);
+        let local = at.map_or(page_no, |at| at.page);
         let result = result
             .map_err(|e| match e {
                 // The engine stopped before the read: it knows no file to name.
@@ -132,13 +135,13 @@ impl ReadSink for HeapInbox {
                     op,
                     source,
                 } if p.as_os_str().is_empty() => StorageError::io(path, op, source),
-                e => page_error(e, page_no),
+                e => page_error(e, local),
             })
             .and_then(|page| {
-                verify_page(&page, page_no, &[PageKind::Heap], path)?;
+                verify_page(&page, local, &[PageKind::Heap], path)?;
                 Ok(page)
             });
-        if let Some(at) = self.table.heap_location(page_no) {
+        if let Some(at) = at {
             (self.table.pool()).finish_claim(at.key, result.as_ref().ok());
         }
         let bytes = result.as_ref().ok().map(|page| page.len());

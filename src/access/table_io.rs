@@ -116,6 +116,8 @@ impl Counters {
 /// Where a page is: its key in the buffer pool, and its file and bytes in the engine.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PageLocation {
+    /// Its number in its segment's file (what its header says).
+    pub page: u64,
     pub key: PageKey,
     pub file: FileId,
     pub offset: u64,
@@ -734,6 +736,7 @@ impl TableIo {
         }
         let (path_idx, offset) = seg.striping.locate(local);
         Some(PageLocation {
+            page: local,
             key: (seg.pool_keys[path_idx], offset),
             file: seg.files[path_idx],
             offset,
