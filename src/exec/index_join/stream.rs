@@ -107,7 +107,8 @@ type Waiting = smallvec::SmallVec<[(u64, Slots); 1]>;
 enum Direct {
     /// Its read started (or it was found in the pool meanwhile).
     Started,
-    /// No permit is free, and none is queued for: it waits for one of the inbox's reads.
+    /// The query holds all the permits it may, and no other query's read is queued: it
+    /// waits for one of the inbox's reads to give its permit back.
     AwaitPermit,
     /// No permit is free: it asks admission for one (see [`PermitFor`]).
     QueueForPermit,
@@ -257,9 +258,11 @@ struct Join {
     inbox: Option<Arc<HeapInbox>>,
     direct: HashMap<u64, Permit>,
     ended: Vec<Ended>,
-    /// Pages to read into the inbox once one of its reads gives its permit back (the query
-    /// holds all it may, and no read of any query waits in admission's queue).
-    awaiting_permit: VecDeque<u64>,
+    /// Pages to read into the inbox: started at the loop's turn, once the task holds its
+    /// query's turn (a permit taken without it could be held while the task waits for one,
+    /// with the permits other queries' turns need), or when one of the inbox's reads gives
+    /// its permit back (the query holds all it may, and no other query's read is queued).
+    to_start: VecDeque<u64>,
     /// Pages whose permits are asked of admission (the inbox had no read to wait for, or
     /// other queries' reads are queued).
     permit_waits: FuturesUnordered<PermitFor>,
@@ -299,7 +302,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         inbox,
         direct: HashMap::new(),
         ended: Vec::new(),
-        awaiting_permit: VecDeque::new(),
+        to_start: VecDeque::new(),
         permit_waits: FuturesUnordered::new(),
         fetch: Arc::new(Fetch { inner, steps }),
         spec: output,
@@ -327,7 +330,8 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         let room = join.out_bytes < join.limits.out_bytes;
         let resumes = room && join.pages.len() < join.limits.max_fetches && !join.parked.is_empty();
         let reading = !join.jobs.is_empty() || !join.direct.is_empty();
-        if resumes || reading || !join.permit_waits.is_empty() {
+        let to_start = !join.to_start.is_empty() || !join.permit_waits.is_empty();
+        if resumes || reading || to_start {
             turn.busy().await;
         } else {
             // Nothing in flight, nothing to start: it waits for its input or its consumer.
@@ -336,12 +340,13 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         if resumes {
             join.resume_parked()?;
         }
+        join.start_waiting();
         let room = join.out_bytes < join.limits.out_bytes;
         let want_outer = !outer_done && room && join.probes.len() < join.limits.max_probes;
         if outer_done
             && join.jobs.is_empty()
             && join.direct.is_empty()
-            && join.awaiting_permit.is_empty()
+            && join.to_start.is_empty()
             && join.permit_waits.is_empty()
             && join.parked.is_empty()
             && join.out.is_empty()
@@ -692,11 +697,9 @@ impl Join {
                 self.ready.push_back((page_no, page));
                 continue;
             }
-            match self.try_direct(page_no) {
-                Direct::Started => {}
-                Direct::AwaitPermit => self.awaiting_permit.push_back(page_no),
-                Direct::QueueForPermit => self.queue_for_permit(page_no),
-                Direct::Unavailable => self.push_fetch_job(page_no),
+            match self.inbox {
+                Some(_) => self.to_start.push_back(page_no),
+                None => self.push_fetch_job(page_no),
             }
         }
     }
@@ -735,11 +738,12 @@ impl Join {
             return Direct::Unavailable;
         };
         let Some(permit) = self.fetch.steps.try_permit() else {
-            // At the query's limit (or the runtime's), or behind its own queued reads: the
-            // inbox's reads give permits back for it. When other queries' reads are queued,
-            // admission decides whose turn it is.
+            // At the query's own limit, only its own reads give permits back: the inbox's
+            // will, and it waits for them. At the runtime's (any query's read may free one),
+            // or with other queries' reads queued, admission decides whose turn it is.
             let steps = &self.fetch.steps;
-            return match !self.direct.is_empty() && !steps.others_queued() {
+            let own_limit = steps.query().permits_in_use() >= steps.query().limit();
+            return match own_limit && !self.direct.is_empty() && !steps.others_queued() {
                 true => Direct::AwaitPermit,
                 false => Direct::QueueForPermit,
             };
@@ -760,18 +764,18 @@ impl Join {
         Direct::Started
     }
 
-    /// Starts the pages awaiting a permit while permits are free. When none is, the rest
-    /// wait for the inbox's next reads to end, or, if it has none left or requests wait in
-    /// admission's queue, are fetched by jobs.
-    fn start_awaiting(&mut self) {
-        while let Some(&page_no) = self.awaiting_permit.front() {
+    /// Starts the pages to read into the inbox while permits are free (the task holds its
+    /// query's turn). When none is, the rest wait for the inbox's next reads to end (see
+    /// [`Direct::AwaitPermit`]), or ask admission for permits.
+    fn start_waiting(&mut self) {
+        while let Some(&page_no) = self.to_start.front() {
             match self.try_direct(page_no) {
                 Direct::AwaitPermit => return,
                 Direct::Started => {}
                 Direct::QueueForPermit => self.queue_for_permit(page_no),
                 Direct::Unavailable => self.push_fetch_job(page_no),
             }
-            self.awaiting_permit.pop_front();
+            self.to_start.pop_front();
         }
     }
 
@@ -800,7 +804,7 @@ impl Join {
             drop(permit);
         }
         self.ended = ended;
-        self.start_awaiting();
+        self.start_waiting();
         Ok(())
     }
 
