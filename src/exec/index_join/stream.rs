@@ -341,6 +341,9 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
             join.resume_parked()?;
         }
         join.start_waiting();
+        // Pages found in the pool meanwhile: decoded now, before the loop looks for work
+        // left (nothing else wakes it for them).
+        join.decode_ready()?;
         let room = join.out_bytes < join.limits.out_bytes;
         let want_outer = !outer_done && room && join.probes.len() < join.limits.max_probes;
         if outer_done
