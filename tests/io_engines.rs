@@ -247,43 +247,54 @@ fn small_table(dir: &Path) -> Arc<Table> {
     Arc::new(Table::open(dir.join("t")).unwrap())
 }
 
+/// An io_uring engine behind a fault injector: heap page 2 of the table in `dir` comes back
+/// with a flipped byte, page 4 short (see [`check_heap_read`]).
+fn damaging_engine(dir: &Path) -> (Arc<FaultyEngine>, PathBuf) {
+    let inner: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig::default()).unwrap());
+    let faulty = Arc::new(FaultyEngine::new(inner));
+    let heap = dir.join("t/heap.0.pages");
+    faulty.inject(&heap, 2 * PAGE as u64, Fault::Corrupt(1000));
+    faulty.inject(&heap, 4 * PAGE as u64, Fault::ShortRead(10));
+    (faulty, heap)
+}
+
+/// A read of heap page `p` through [`damaging_engine`]: pages 2 and 4 fail, naming the file,
+/// the page and the damage; every other page is what is on disk.
+fn check_heap_read(table: &Table, p: u64, r: ooode::storage::Result<ooode::io::PageBuf>) {
+    match p {
+        2 => {
+            let e = r.unwrap_err();
+            assert!(
+                matches!(e, StorageError::Corrupted { page: Some(2), .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains("heap.0.pages") && e.to_string().contains("checksum"));
+        }
+        4 => {
+            let e = r.unwrap_err();
+            assert!(
+                matches!(e, StorageError::Corrupted { page: Some(4), .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains("truncated"), "{e}");
+        }
+        _ => assert_eq!(
+            &r.unwrap()[..],
+            &table.heap().read_page(p).unwrap()[..],
+            "page {p}"
+        ),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_io_verifies_pages_and_names_damage() {
     let dir = tempfile::tempdir().unwrap();
     let table = small_table(dir.path());
-    let inner: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig::default()).unwrap());
-    let faulty = Arc::new(FaultyEngine::new(inner));
-    let heap = dir.path().join("t/heap.0.pages");
-    faulty.inject(&heap, 2 * PAGE as u64, Fault::Corrupt(1000));
-    faulty.inject(&heap, 4 * PAGE as u64, Fault::ShortRead(10));
+    let (faulty, _) = damaging_engine(dir.path());
     let io = TableIo::open(table.clone(), faulty.clone(), BufferPool::new(1 << 20)).unwrap();
     let m = Counters::one(IoMetrics::new());
     for p in 0..table.manifest().heap_pages {
-        let r = io.heap_page(p, &m).await;
-        match p {
-            2 => {
-                let e = r.unwrap_err();
-                assert!(
-                    matches!(e, StorageError::Corrupted { page: Some(2), .. }),
-                    "{e}"
-                );
-                assert!(
-                    e.to_string().contains("heap.0.pages") && e.to_string().contains("checksum")
-                );
-            }
-            4 => {
-                let e = r.unwrap_err();
-                assert!(
-                    matches!(e, StorageError::Corrupted { page: Some(4), .. }),
-                    "{e}"
-                );
-                assert!(e.to_string().contains("truncated"), "{e}");
-            }
-            _ => {
-                let page = r.unwrap();
-                assert_eq!(&page[..], &table.heap().read_page(p).unwrap()[..]);
-            }
-        }
+        check_heap_read(&table, p, io.heap_page(p, &m).await);
     }
     // A failed read is not cached: once the fault is gone the page reads fine.
     faulty.clear();
@@ -710,11 +721,7 @@ async fn heap_reads_end_in_the_inbox_verified_and_cached() {
     use ooode::access::heap_reads::{HeapInbox, Start};
     let dir = tempfile::tempdir().unwrap();
     let table = small_table(dir.path());
-    let inner: Arc<dyn IoEngine> = Arc::new(UringEngine::new(UringConfig::default()).unwrap());
-    let faulty = Arc::new(FaultyEngine::new(inner));
-    let heap = dir.path().join("t/heap.0.pages");
-    faulty.inject(&heap, 2 * PAGE as u64, Fault::Corrupt(1000));
-    faulty.inject(&heap, 4 * PAGE as u64, Fault::ShortRead(10));
+    let (faulty, heap) = damaging_engine(dir.path());
     faulty.inject(
         &heap,
         5 * PAGE as u64,
@@ -742,31 +749,7 @@ async fn heap_reads_end_in_the_inbox_verified_and_cached() {
     }
     ended.sort_by_key(|(p, _)| *p);
     for (p, result) in ended {
-        match p {
-            2 => {
-                let e = result.unwrap_err();
-                assert!(
-                    matches!(e, StorageError::Corrupted { page: Some(2), .. }),
-                    "{e}"
-                );
-                assert!(
-                    e.to_string().contains("heap.0.pages") && e.to_string().contains("checksum")
-                );
-            }
-            4 => {
-                let e = result.unwrap_err();
-                assert!(
-                    matches!(e, StorageError::Corrupted { page: Some(4), .. }),
-                    "{e}"
-                );
-                assert!(e.to_string().contains("truncated"), "{e}");
-            }
-            _ => assert_eq!(
-                &result.unwrap()[..],
-                &table.heap().read_page(p).unwrap()[..],
-                "page {p}"
-            ),
-        }
+        check_heap_read(&table, p, result);
     }
     let stats = pool.stats();
     assert_eq!(stats.loading, 0);

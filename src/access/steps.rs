@@ -164,24 +164,6 @@ pub async fn missing_heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> 
     })
 }
 
-/// [`missing_heap_page`] under `permit`, got already.
-pub async fn heap_page_under(
-    table: &TableIo,
-    page_no: u64,
-    ctx: &StepCtx,
-    permit: Permit,
-) -> Result<HeldPage> {
-    ctx.note_read();
-    let page = table
-        .heap_page(page_no, &ctx.counters)
-        .await
-        .map_err(to_df)?;
-    Ok(HeldPage {
-        page,
-        _permit: Some(permit),
-    })
-}
-
 /// Node `page_no` of the `index`-th index of segment `part` of `table`. Cached nodes (the
 /// upper B+tree levels, mostly) cost no permit.
 pub async fn index_page(
