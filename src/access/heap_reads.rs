@@ -114,11 +114,6 @@ impl HeapInbox {
         std::mem::swap(&mut state.ended, out);
         Poll::Ready(())
     }
-
-    /// Reads started and not taken yet.
-    pub fn in_flight(&self) -> usize {
-        self.state.lock().started.len()
-    }
 }
 
 impl ReadSink for HeapInbox {
