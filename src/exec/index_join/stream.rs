@@ -751,12 +751,13 @@ impl Join {
                 false => Direct::QueueForPermit,
             };
         };
-        self.start_into(inbox.clone(), page_no, permit)
+        let started = inbox.start(page_no);
+        self.started(page_no, permit, started)
     }
 
-    /// Starts reading heap page `page_no` into `inbox` under `permit`.
-    fn start_into(&mut self, inbox: Arc<HeapInbox>, page_no: u64, permit: Permit) -> Direct {
-        match inbox.start(page_no) {
+    /// Records what starting heap page `page_no`'s read under `permit` did.
+    fn started(&mut self, page_no: u64, permit: Permit, started: Start) -> Direct {
+        match started {
             Start::Cached(page) => self.ready.push_back((page_no, page)),
             Start::Started => {
                 self.fetch.steps.note_read();
@@ -785,10 +786,10 @@ impl Join {
     /// Starts heap page `page_no` under `permit`, granted by admission.
     fn start_under(&mut self, page_no: u64, permit: Permit) {
         let started = match &self.inbox {
-            Some(inbox) => self.start_into(inbox.clone(), page_no, permit),
+            Some(inbox) => inbox.start(page_no),
             None => unreachable!("permits are asked for only to read into the inbox"),
         };
-        if let Direct::Unavailable = started {
+        if let Direct::Unavailable = self.started(page_no, permit, started) {
             self.push_fetch_job(page_no);
         }
     }
