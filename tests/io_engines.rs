@@ -693,7 +693,8 @@ async fn lookups_descended_ahead_find_what_lookups_from_the_root_find() {
             );
             let from_root =
                 lookup_cached(&io, index, &range, &Counters::one(plain.clone()), max, None)
-                    .unwrap();
+                    .unwrap()
+                    .found();
             let descended = descend_ahead(&io, index, &range);
             assert!(descended.is_some(), "the nodes parse");
             let went_on = lookup_cached(
@@ -704,7 +705,8 @@ async fn lookups_descended_ahead_find_what_lookups_from_the_root_find() {
                 max,
                 descended,
             )
-            .unwrap();
+            .unwrap()
+            .found();
             assert_eq!(from_root, went_on, "index {index}, key {key:?}");
             assert_eq!(plain.snapshot().hits, ahead.snapshot().hits);
             found_any |= from_root.is_some_and(|ids| !ids.is_empty());

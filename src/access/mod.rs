@@ -26,7 +26,7 @@ pub mod steps;
 pub mod table_io;
 
 pub use admission::{Admission, AdmissionWaits, Permit};
-pub use budget::{OpenStream, QueryIo, Turn};
+pub use budget::{InboxReader, OpenStream, QueryIo, Turn};
 pub use plan_time::{IndexRanges, PlanCounts, PlanReads, ReadAhead, ScanEstimate};
 pub use remote::RemoteTable;
 pub use runtime::{OoodeRuntime, OperatorTasks};

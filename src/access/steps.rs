@@ -435,9 +435,36 @@ impl LeafReadAhead {
     }
 }
 
+/// What a lookup from cached nodes found (see [`lookup_cached`]).
+#[derive(Debug, PartialEq)]
+pub enum CachedLookup<T> {
+    /// Every value, no node read.
+    Found(T),
+    /// A node is neither pinned nor in the pool: a walk must read it (or wait for another
+    /// probe's walk that does).
+    Missing {
+        /// The segment whose index lacks it.
+        part: usize,
+        /// The node's page number in that index.
+        page_no: u64,
+    },
+    /// More values than the lookup gathers at once.
+    TooMany,
+}
+
+impl<T> CachedLookup<T> {
+    /// The values, if all were found.
+    pub fn found(self) -> Option<T> {
+        match self {
+            Self::Found(values) => Some(values),
+            _ => None,
+        }
+    }
+}
+
 /// The values [`lookup_leaves`] would find, gathered at once without a read or an await,
 /// when every node the walk visits is pinned or in the pool and there are at most `max`;
-/// None otherwise (the caller then walks asynchronously). A point query's upper B+tree levels
+/// else why not (the caller then walks asynchronously). A point query's upper B+tree levels
 /// are pinned, so most probes of a join end here: no stream, no task wake-up per probe.
 pub fn lookup_cached(
     table: &TableIo,
@@ -446,7 +473,7 @@ pub fn lookup_cached(
     counters: &Counters,
     max: usize,
     ahead: Option<Descended>,
-) -> Result<Option<Vec<u64>>> {
+) -> Result<CachedLookup<Vec<u64>>> {
     // Room for a key's usual few rows: growing from nothing took two allocations a probe.
     lookup_cached_into(
         table,
@@ -469,7 +496,7 @@ pub fn lookup_cached_keys(
     max: usize,
     decoder: &Arc<KeyDecoder>,
     ahead: Option<Descended>,
-) -> Result<Option<KeyRows>> {
+) -> Result<CachedLookup<KeyRows>> {
     lookup_cached_into(table, index, range, counters, max, decoder.rows(), ahead)
 }
 
@@ -481,7 +508,7 @@ fn lookup_cached_into<T: Found>(
     max: usize,
     mut out: T,
     ahead: Option<Descended>,
-) -> Result<Option<T>> {
+) -> Result<CachedLookup<T>> {
     let mut visited = ahead.as_ref().map_or(0, |d| d.visited);
     let mut ahead = ahead.map(|d| d.cursors.into_iter());
     let quiet = Counters::default();
@@ -496,7 +523,7 @@ fn lookup_cached_into<T: Found>(
         let start = out.len();
         while let Some(page_no) = cursor.next_page() {
             let Some(node) = table.cached_index_page(part, index, page_no, &quiet) else {
-                return Ok(None);
+                return Ok(CachedLookup::Missing { part, page_no });
             };
             visited += 1;
             let file = index_file(table, part, index, page_no)?;
@@ -504,14 +531,14 @@ fn lookup_cached_into<T: Found>(
                 .feed_node(&node, node.search_keys(), file, &mut out)
                 .map_err(to_df)?;
             if out.len() > max {
-                return Ok(None);
+                return Ok(CachedLookup::TooMany);
             }
         }
         out.shift_from(start, table, part);
     }
     // Counted once per lookup: each count is a locked addition on a line both cores write.
     counters.hits(visited);
-    Ok(Some(out))
+    Ok(CachedLookup::Found(out))
 }
 
 /// A lookup's descent through pinned nodes, made a few probes ahead of it (see

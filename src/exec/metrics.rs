@@ -18,6 +18,10 @@ pub struct NodeMetrics {
     max_in_flight: Gauge,
     mean_in_flight_x100: Gauge,
     io_time_us: Gauge,
+    /// An index join's heap page reads whose permits were asked of admission's queue (the
+    /// others were started under a permit free at once or given back by the join's own
+    /// reads): how often the join waited its turn among queries.
+    heap_permits_queued: Option<Count>,
 }
 
 impl NodeMetrics {
@@ -31,6 +35,24 @@ impl NodeMetrics {
             max_in_flight: MetricBuilder::new(set).global_gauge("max_reads_in_flight"),
             mean_in_flight_x100: MetricBuilder::new(set).global_gauge("mean_reads_in_flight_x100"),
             io_time_us: MetricBuilder::new(set).global_gauge("io_time_us"),
+            heap_permits_queued: None,
+        }
+    }
+
+    /// The metrics of an index join: [`Self::new`]'s and its heap page reads queued.
+    pub fn for_join(set: &ExecutionPlanMetricsSet, io: Arc<IoMetrics>) -> Self {
+        Self {
+            heap_permits_queued: Some(
+                MetricBuilder::new(set).global_counter("heap_permits_queued"),
+            ),
+            ..Self::new(set, io)
+        }
+    }
+
+    /// Counts `n` heap page reads whose permits were asked of admission's queue.
+    pub fn add_heap_permits_queued(&self, n: usize) {
+        if let Some(count) = &self.heap_permits_queued {
+            count.add(n);
         }
     }
 

@@ -462,7 +462,7 @@ impl ExecutionPlan for IndexJoinExec {
         let outer = self.outer.execute(partition, context.clone())?;
         let node = self
             .node_metrics
-            .get_or_init(|| NodeMetrics::new(&self.metrics, self.io.clone()))
+            .get_or_init(|| NodeMetrics::for_join(&self.metrics, self.io.clone()))
             .clone();
         let limit = self.query.limit();
         let batch_size = context.session_config().batch_size().max(1);

@@ -44,10 +44,11 @@ use crate::access::admission::Acquire;
 use crate::access::heap_reads::{Ended, HeapInbox, Start};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Descended, PageGroups, Slots, StepCtx, decode_page_shared, descend_ahead, group_by_page,
-    lookup_cached, lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
+    CachedLookup, Descended, PageGroups, Slots, StepCtx, decode_page_shared, descend_ahead,
+    group_by_page, lookup_cached, lookup_cached_keys, lookup_keys, lookup_leaves,
+    missing_heap_page,
 };
-use crate::access::{Permit, Turn, to_df};
+use crate::access::{InboxReader, Permit, Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
 use crate::exec::reservation::ChunkedReservation;
 use crate::io::buf::PageBuf;
@@ -107,8 +108,9 @@ type Waiting = smallvec::SmallVec<[(u64, Slots); 1]>;
 enum Direct {
     /// Its read started (or it was found in the pool meanwhile).
     Started,
-    /// The query holds all the permits it may, and no other query's read is queued: it
-    /// waits for one of the inbox's reads to give its permit back.
+    /// The query holds all the permits it may, no other query's read is queued, and this
+    /// task holds or has asked for its part of them: it waits for one of its own reads to
+    /// give its permit back, or for a permit it asked for.
     AwaitPermit,
     /// No permit is free: it asks admission for one (see [`PermitFor`]).
     QueueForPermit,
@@ -208,6 +210,9 @@ struct Probe {
     matched: Option<Vec<bool>>,
     /// A semi or anti join without filter has its answer once any row matched.
     settled: bool,
+    /// The index node its walk reads for probes that wait for it (see
+    /// [`Join::wait_for_node`]), until the walk's first step ends.
+    reads_node: Option<(usize, u64)>,
 }
 
 impl Probe {
@@ -256,6 +261,8 @@ struct Join {
     /// reads that way; each such read's permit, by page, held until the page is used; and
     /// the list the ended reads are moved into.
     inbox: Option<Arc<HeapInbox>>,
+    /// This task counted among its query's readers into an inbox, while it has one.
+    reader: Option<InboxReader>,
     direct: HashMap<u64, Permit>,
     ended: Vec<Ended>,
     /// Pages to read into the inbox: started at the loop's turn, once the task holds its
@@ -266,9 +273,14 @@ struct Join {
     /// Pages whose permits are asked of admission (the inbox had no read to wait for, or
     /// other queries' reads are queued).
     permit_waits: FuturesUnordered<PermitFor>,
+    /// Counts them in the node's metrics.
+    node: NodeMetrics,
     /// The inner side and how its steps read, under one count of this partition's own: a
     /// page fetch taking them apart would touch counts every partition of the query shares.
     fetch: Arc<Fetch>,
+    /// Index nodes a probe's walk reads, and the probes waiting for it to look their keys
+    /// up again (see [`Self::wait_for_node`]).
+    node_waits: HashMap<(usize, u64), Vec<u64>>,
     /// Heap pages being fetched, and the probes (with their slots) waiting for each: a page
     /// several probes need is read and decoded once.
     pages: HashMap<u64, Waiting>,
@@ -298,12 +310,15 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
     } = work;
     let inbox = (inner.table.engine().starts_reads())
         .then(|| HeapInbox::new(inner.table.clone(), steps.counters().clone()));
+    let reader = inbox.is_some().then(|| steps.query().inbox_reader());
     let mut join = Join {
         inbox,
+        reader,
         direct: HashMap::new(),
         ended: Vec::new(),
         to_start: VecDeque::new(),
         permit_waits: FuturesUnordered::new(),
+        node: node.clone(),
         fetch: Arc::new(Fetch { inner, steps }),
         spec: output,
         keys,
@@ -313,6 +328,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         probes: HashMap::new(),
         next_id: 0,
         jobs: FuturesUnordered::new(),
+        node_waits: HashMap::new(),
         pages: HashMap::new(),
         ready: VecDeque::new(),
         parked: VecDeque::new(),
@@ -354,6 +370,12 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
             && join.parked.is_empty()
             && join.out.is_empty()
         {
+            if !join.node_waits.is_empty() {
+                // A probe waiting for a walk that no longer runs would lose its rows.
+                return Err(DataFusionError::Internal(
+                    "index join: probes left waiting for an index node no walk reads".into(),
+                ));
+            }
             break;
         }
         // Output leaves in full batches while work is ready (a page's few rows each, as they
@@ -477,24 +499,41 @@ impl Join {
                     pending: 1,
                     matched,
                     settled: false,
+                    reads_node: None,
                 },
             );
-            if let Some(keys) = self.keys.clone() {
-                self.start_keys(id, range, &keys, descended)?;
-                continue;
+            match self.keys.clone() {
+                Some(keys) => self.start_keys(id, range, &keys, descended)?,
+                None => self.start_ids(id, range, descended, Some(&mut found_now))?,
             }
-            // Index nodes all cached: the probe's pages at once, no walk to wait for.
-            let found = lookup_cached(
-                &self.fetch.inner.table,
-                self.fetch.inner.index,
-                &range,
-                self.fetch.steps.counters(),
-                CACHED_LOOKUP_VALUES,
-                descended,
-            )?;
-            match found {
+        }
+        self.fetch_found(found_now);
+        Ok(())
+    }
+
+    /// Starts a probe that fetches heap pages: its row ids at once when the index nodes are
+    /// all cached (its pages gathered into `found_now` when given, for one pool lookup of
+    /// many probes' pages), else a walk, or a wait for the walk of another probe that reads
+    /// the node this one lacks.
+    fn start_ids(
+        &mut self,
+        id: u64,
+        range: Arc<KeyRange>,
+        descended: Option<Descended>,
+        found_now: Option<&mut FoundNow>,
+    ) -> Result<()> {
+        let found = lookup_cached(
+            &self.fetch.inner.table,
+            self.fetch.inner.index,
+            &range,
+            self.fetch.steps.counters(),
+            CACHED_LOOKUP_VALUES,
+            descended,
+        )?;
+        match found {
+            CachedLookup::Found(ids) => match found_now {
                 // Within the window of page fetches (and behind no parked probe): now.
-                Some(ids)
+                Some(found_now)
                     if self.parked.is_empty()
                         && self.pages.len() + found_now.pages() + ids.len()
                             <= self.limits.max_fetches =>
@@ -503,20 +542,61 @@ impl Join {
                 }
                 // Beyond it the fetches wait their turn (in order, with two fetches at most,
                 // nearly every probe of a batch: walking again would descend twice more).
-                Some(ids) => self.parked.push_back((id, Walk::Found(ids))),
-                None => {
-                    let leaves = lookup_leaves(
-                        self.fetch.inner.table.clone(),
-                        self.fetch.inner.index,
-                        range,
-                        self.fetch.steps.clone(),
-                    )
-                    .boxed();
-                    self.parked.push_back((id, Walk::Ids(leaves)));
-                }
+                _ => self.parked.push_back((id, Walk::Found(ids))),
+            },
+            CachedLookup::Missing { part, page_no } if self.wait_for_node(id, (part, page_no)) => {}
+            CachedLookup::Missing { .. } | CachedLookup::TooMany => {
+                let leaves = lookup_leaves(
+                    self.fetch.inner.table.clone(),
+                    self.fetch.inner.index,
+                    range,
+                    self.fetch.steps.clone(),
+                )
+                .boxed();
+                self.parked.push_back((id, Walk::Ids(leaves)));
             }
         }
-        self.fetch_found(found_now);
+        Ok(())
+    }
+
+    /// Makes probe `id`, whose lookup lacks index node `node`, wait for the walk of another
+    /// probe reading it, if one does (true); else `id`'s own walk will read it, and probes
+    /// lacking it meanwhile wait for that walk (false). A dense index's leaf holds the
+    /// entries of many probes of a batch: each walked on its own before, a boxed stream per
+    /// probe polled through the pool's shared read, several times the CPU of a probe whose
+    /// nodes are cached.
+    fn wait_for_node(&mut self, id: u64, node: (usize, u64)) -> bool {
+        if let Some(waiting) = self.node_waits.get_mut(&node) {
+            waiting.push(id);
+            return true;
+        }
+        self.node_waits.insert(node, Vec::new());
+        if let Some(p) = self.probes.get_mut(&id) {
+            p.reads_node = Some(node);
+        }
+        false
+    }
+
+    /// The walk of `probe` read the node it read for others (or ended): the probes that
+    /// waited for it look their keys up again, from cached nodes.
+    fn node_read(&mut self, probe: u64) -> Result<()> {
+        let Some(node) = self
+            .probes
+            .get_mut(&probe)
+            .and_then(|p| p.reads_node.take())
+        else {
+            return Ok(());
+        };
+        for id in self.node_waits.remove(&node).unwrap_or_default() {
+            let Some(p) = self.probes.get(&id) else {
+                continue;
+            };
+            let range = p.range.clone();
+            match self.keys.clone() {
+                Some(keys) => self.start_keys(id, range, &keys, None)?,
+                None => self.start_ids(id, range, None, None)?,
+            }
+        }
         Ok(())
     }
 
@@ -539,11 +619,12 @@ impl Join {
             descended,
         )?;
         match found {
-            Some(rows) => {
+            CachedLookup::Found(rows) => {
                 self.add_keys(id, rows)?;
                 self.release(id); // the walk is over
             }
-            None => {
+            CachedLookup::Missing { part, page_no } if self.wait_for_node(id, (part, page_no)) => {}
+            CachedLookup::Missing { .. } | CachedLookup::TooMany => {
                 let leaves = lookup_keys(
                     self.fetch.inner.table.clone(),
                     self.fetch.inner.index,
@@ -584,16 +665,17 @@ impl Join {
     }
 
     /// Walks a probe's next leaf (or ends a probe whose answer is known).
-    fn resume(&mut self, probe: u64, walk: Walk) {
+    fn resume(&mut self, probe: u64, walk: Walk) -> Result<()> {
         if self.probes.get(&probe).is_some_and(|p| p.settled) {
+            self.node_read(probe)?;
             self.release(probe);
-            return;
+            return Ok(());
         }
         self.jobs.push(match walk {
             Walk::Found(ids) => {
                 self.fetch_pages(probe, &ids);
                 self.release(probe); // the walk is over
-                return;
+                return Ok(());
             }
             Walk::Ids(leaves) => leaves
                 .into_future()
@@ -604,9 +686,13 @@ impl Join {
                 .map(move |next| Job::Keys(probe, next))
                 .boxed(),
         });
+        Ok(())
     }
 
     fn done(&mut self, job: Job) -> Result<()> {
+        if let Job::Leaf(probe, _) | Job::Keys(probe, _) = &job {
+            self.node_read(*probe)?;
+        }
         match job {
             Job::Leaf(probe, (None, _)) => self.release(probe),
             Job::Leaf(_, (Some(Err(e)), _)) => return Err(e),
@@ -710,7 +796,10 @@ impl Join {
     /// Asks admission for a permit to read heap page `page_no` into the inbox.
     fn queue_for_permit(&mut self, page_no: u64) {
         match self.fetch.steps.acquire() {
-            Some(acquire) => self.permit_waits.push(PermitFor { page_no, acquire }),
+            Some(acquire) => {
+                self.node.add_heap_permits_queued(1);
+                self.permit_waits.push(PermitFor { page_no, acquire })
+            }
             None => self.push_fetch_job(page_no),
         }
     }
@@ -741,12 +830,16 @@ impl Join {
             return Direct::Unavailable;
         };
         let Some(permit) = self.fetch.steps.try_permit() else {
-            // At the query's own limit, only its own reads give permits back: the inbox's
-            // will, and it waits for them. At the runtime's (any query's read may free one),
-            // or with other queries' reads queued, admission decides whose turn it is.
+            // At the query's own limit, only its reads give permits back: once this task
+            // holds or has asked for its part of the limit, it waits for its own reads to
+            // end (the inbox's, or the permits it asked for). At the runtime's cap (any
+            // query's read may free one), or with other queries' reads queued, admission
+            // decides whose turn it is.
             let steps = &self.fetch.steps;
             let own_limit = steps.query().permits_in_use() >= steps.query().limit();
-            return match own_limit && !self.direct.is_empty() && !steps.others_queued() {
+            let asked = self.direct.len() + self.permit_waits.len();
+            let fair = self.reader.as_ref().map_or(1, InboxReader::fair_permits);
+            return match own_limit && asked > 0 && asked >= fair && !steps.others_queued() {
                 true => Direct::AwaitPermit,
                 false => Direct::QueueForPermit,
             };
@@ -827,7 +920,7 @@ impl Join {
                 Walk::Found(ids) if self.probes.get(&probe).is_some_and(|p| !p.settled) => {
                     found_now.push(probe, &ids, &self.pages)
                 }
-                walk => self.resume(probe, walk),
+                walk => self.resume(probe, walk)?,
             }
             if !room(self, found_now.pages()) {
                 self.fetch_found(std::mem::take(&mut found_now));

@@ -137,11 +137,16 @@ struct Fixture {
 }
 
 fn fixture(rows: i64) -> Fixture {
+    fixture_with(rows, &["k"])
+}
+
+/// The inner table of `rows` rows, clustered on "id", with a dense index on each of `indexed`.
+fn fixture_with(rows: i64, indexed: &[&str]) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let inner = inner_batch(rows);
     let options = LoadOptions {
         clustering_key: vec!["id".into()],
-        indexes: vec![vec!["k".into()]],
+        indexes: indexed.iter().map(|c| vec![c.to_string()]).collect(),
         ..Default::default()
     };
     let path = dir.path().join("t");
@@ -424,6 +429,139 @@ async fn hot_probes_that_find_no_rows_finish() {
             assert_eq!(rows(&cold), expected, "{mode:?}, w < {bound}");
             assert_eq!(text_rows(&hot), text_rows(&cold), "{mode:?}, w < {bound}");
         }
+    }
+}
+
+/// Two partitions of one query at its limit of reads in flight, down to one read: each
+/// starts pages under the permits of its own reads once it holds its part of the limit, and
+/// asks admission's queue below it; at every limit both finish, with every row, every
+/// permit given back, and the pages whose permits were queued counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_at_the_query_limit_finish_and_give_every_permit_back() {
+    if let Err(why) = crate::io::uring_available() {
+        panic!("this test needs io_uring (reads into the join's inbox): {why}");
+    }
+    let f = fixture(60_000);
+    // Two partitions of keys spread over the whole table: every heap page is read.
+    let partition = |first: i64| {
+        let keys: Vec<i64> = (0..1500).map(|i| first + i * 40).collect();
+        RecordBatch::try_new(
+            outer_schema(),
+            vec![
+                Arc::new(Int64Array::from(keys.clone())),
+                Arc::new(Int64Array::from(keys)),
+            ],
+        )
+        .unwrap()
+    };
+    let outer = vec![vec![partition(0)], vec![partition(20)]];
+    let table = (f.runtime)
+        .table(&f.path, ExecutionMode::OutOfOrder, false)
+        .unwrap();
+    assert!(table.engine().starts_reads(), "the engine reads into sinks");
+    let index = index_on(&table, "id");
+    let join = |config: &OoodeConfig| {
+        let outer_exec = MemorySourceConfig::try_new_exec(&outer, outer_schema(), None).unwrap();
+        let inner = InnerSide::try_new(table.clone(), "t", index, 1, vec![0, 2], None, None);
+        let query = QueryIo::new(&f.runtime, config);
+        let keys = vec![Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>];
+        let join = IndexJoinExec::builder(outer_exec, keys, Arc::new(inner.unwrap()), query);
+        Arc::new(join.build().unwrap())
+    };
+    for limit in [1, 2, 3, 32] {
+        let config = OoodeConfig {
+            max_outstanding_io: limit,
+            ..OoodeConfig::default()
+        };
+        f.runtime.pool().clear();
+        let measured = join(&config);
+        let got = collect(measured.clone(), task(256)).await.unwrap();
+        let rows: usize = got.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 3000, "limit {limit}: each key matches one row");
+        let metrics = measured.metrics().unwrap();
+        let pages = metrics.sum_by_name("pages_read").unwrap().as_usize();
+        let queued = metrics.sum_by_name("heap_permits_queued");
+        assert!(pages >= 200, "limit {limit}: {pages} pages read");
+        assert!(queued.is_some(), "the join counts its queued permits");
+        let admission = f.runtime.admission();
+        assert_eq!(admission.in_use(), 0, "limit {limit}: permits given back");
+        assert_eq!(admission.waiting(), 0, "limit {limit}: nothing left queued");
+    }
+}
+
+/// Probes whose keys share a dense index's leaf, from a cold pool: one probe's walk reads
+/// the leaf while the others wait for it and then look their keys up from it, reading rows
+/// from the heap or, index-only, from the leaf's keys. Both give the hash join's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_sharing_a_leaf_read_it_once_and_match_the_hash_join() {
+    let f = fixture_with(30_000, &["k", "w"]);
+    let index = index_on(&f.table, "w");
+    // Keys three apart (hundreds a leaf), each twice, with NULLs and keys no row has.
+    let keys: Vec<Option<i64>> = (0..4000)
+        .map(|i| match i % 50 {
+            0 => None,
+            1 => Some(1_000_000 + i),
+            _ => Some(i / 2 * 3),
+        })
+        .collect();
+    let n = keys.len() as i64;
+    let outer = RecordBatch::try_new(
+        outer_schema(),
+        vec![
+            Arc::new(Int64Array::from(keys)),
+            Arc::new(Int64Array::from_iter_values(0..n)),
+        ],
+    )
+    .unwrap();
+    // All columns (heap fetches), and w alone (the index's keys: index-only).
+    for columns in [vec![0, 1, 2, 3], vec![2]] {
+        let inner = InnerSide::try_new(f.table.clone(), "t", index, 1, columns.clone(), None, None)
+            .unwrap();
+        let index_only = inner.keys.is_some();
+        assert_eq!(index_only, columns.len() == 1, "columns {columns:?}");
+        let query = QueryIo::new(&f.runtime, &OoodeConfig::default());
+        let outer_exec = || {
+            MemorySourceConfig::try_new_exec(&[vec![outer.clone()]], outer_schema(), None).unwrap()
+                as Arc<dyn ExecutionPlan>
+        };
+        let keys = vec![Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>];
+        let join = IndexJoinExec::builder(outer_exec(), keys, Arc::new(inner), query);
+        f.runtime.pool().clear();
+        let got = collect(Arc::new(join.build().unwrap()), task(256))
+            .await
+            .unwrap();
+        let projected = f.inner.project(&columns).unwrap();
+        let w = projected.schema().index_of("w").unwrap();
+        let inner_exec =
+            MemorySourceConfig::try_new_exec(&[vec![projected.clone()]], projected.schema(), None)
+                .unwrap();
+        let on = vec![(
+            Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>,
+            Arc::new(Column::new("w", w)) as Arc<dyn PhysicalExpr>,
+        )];
+        let hash = HashJoinExec::try_new(
+            outer_exec(),
+            inner_exec,
+            on,
+            None,
+            &JoinType::Inner,
+            None,
+            PartitionMode::CollectLeft,
+            NullEquality::NullEqualsNothing,
+            false,
+        )
+        .unwrap();
+        let want = collect(Arc::new(hash), task(256)).await.unwrap();
+        let rows: usize = want.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(
+            rows, 3840,
+            "every key but the NULLs and the missing ones, once"
+        );
+        assert_eq!(
+            text_rows(&got),
+            text_rows(&want),
+            "index-only: {index_only}"
+        );
     }
 }
 
