@@ -99,12 +99,17 @@ impl InnerSide {
     ) -> Result<Vec<u32>> {
         let candidates: Vec<u32> = if self.sparse {
             // A sparse index names pages: the rows whose key starts with the probe key.
-            let key_cols: Vec<ArrayRef> = self
-                .key_positions
-                .iter()
-                .map(|&i| decoded.column(i).clone())
-                .collect();
-            let run = key_run(&self.encoder, &key_cols, key)?;
+            let run = match self.key_positions.as_slice() {
+                // One key column (most keys): borrowed, no vector per probe and page.
+                &[i] => key_run(&self.encoder, std::slice::from_ref(decoded.column(i)), key)?,
+                positions => {
+                    let key_cols: Vec<ArrayRef> = positions
+                        .iter()
+                        .map(|&i| decoded.column(i).clone())
+                        .collect();
+                    key_run(&self.encoder, &key_cols, key)?
+                }
+            };
             (run.start as u32..run.end as u32).collect()
         } else {
             let n = decoded.num_rows();
