@@ -475,7 +475,12 @@ async fn partitions_at_the_query_limit_finish_and_give_every_permit_back() {
         };
         f.runtime.pool().clear();
         let measured = join(&config);
-        let got = collect(measured.clone(), task(256)).await.unwrap();
+        // A stall (partitions each waiting for permits the other holds) fails, not hangs.
+        let run = collect(measured.clone(), task(256));
+        let got = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+            .await
+            .unwrap_or_else(|_| panic!("limit {limit}: the join stalled"))
+            .unwrap();
         let rows: usize = got.iter().map(|b| b.num_rows()).sum();
         assert_eq!(rows, 3000, "limit {limit}: each key matches one row");
         let metrics = measured.metrics().unwrap();
