@@ -494,6 +494,63 @@ async fn partitions_at_the_query_limit_finish_and_give_every_permit_back() {
     }
 }
 
+/// Long queries taking turns (`ooode.max_long_queries = 1`) under a runtime-wide cap of a few
+/// reads, four at once, each a join of two partitions from a cold pool: all finish with
+/// every row and leave every permit given back. A liveness check of turns, permits and the
+/// partitions' parts of the limit together; it does not reproduce the stall seen at 64
+/// clients (tasks waiting for a turn holding the permits its holder needed): with the pages
+/// started before the turn again, it still passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_queries_taking_turns_under_a_small_cap_all_finish() {
+    let f = fixture(60_000);
+    let partition = |first: i64| {
+        let keys: Vec<i64> = (0..600).map(|i| first + i * 97).collect();
+        RecordBatch::try_new(
+            outer_schema(),
+            vec![
+                Arc::new(Int64Array::from(keys.clone())),
+                Arc::new(Int64Array::from(keys)),
+            ],
+        )
+        .unwrap()
+    };
+    let config = OoodeConfig {
+        max_long_queries: 1,
+        max_outstanding_io: 8,
+        max_outstanding_io_total: 6,
+        short_query_reads: 0,
+        ..OoodeConfig::default()
+    };
+    f.runtime.configure(&config);
+    f.runtime.pool().clear();
+    let table = (f.runtime)
+        .table(&f.path, ExecutionMode::OutOfOrder, false)
+        .unwrap();
+    let index = index_on(&table, "id");
+    let runs = (0..4).map(|q| {
+        let outer = vec![vec![partition(q)], vec![partition(q + 48)]];
+        let outer_exec = MemorySourceConfig::try_new_exec(&outer, outer_schema(), None).unwrap();
+        let inner = InnerSide::try_new(table.clone(), "t", index, 1, vec![0, 2], None, None);
+        let query = QueryIo::new(&f.runtime, &config);
+        // Long, whatever the optimizer would have estimated: its tasks take turns.
+        query.set_estimated_reads(1_000_000);
+        let keys = vec![Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>];
+        let join = IndexJoinExec::builder(outer_exec, keys, Arc::new(inner.unwrap()), query);
+        collect(Arc::new(join.build().unwrap()), task(64))
+    });
+    let all = futures::future::join_all(runs);
+    let results = tokio::time::timeout(std::time::Duration::from_secs(120), all)
+        .await
+        .expect("four long queries taking turns stalled");
+    for (q, got) in results.into_iter().enumerate() {
+        let rows: usize = got.unwrap().iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 1200, "query {q}: each key matches one row");
+    }
+    let admission = f.runtime.admission();
+    assert_eq!(admission.in_use(), 0, "permits given back");
+    assert_eq!(admission.waiting(), 0, "nothing left queued");
+}
+
 /// Probes whose keys share a dense index's leaf, from a cold pool: one probe's walk reads
 /// the leaf while the others wait for it and then look their keys up from it, reading rows
 /// from the heap or, index-only, from the leaf's keys. Both give the hash join's rows.
