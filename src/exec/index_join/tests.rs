@@ -432,6 +432,34 @@ async fn hot_probes_that_find_no_rows_finish() {
     }
 }
 
+/// An outer batch of `count` keys `first`, `first + step`, ... (the second column the same).
+fn spread_keys(first: i64, step: i64, count: i64) -> RecordBatch {
+    let keys: Vec<i64> = (0..count).map(|i| first + i * step).collect();
+    RecordBatch::try_new(
+        outer_schema(),
+        vec![
+            Arc::new(Int64Array::from(keys.clone())),
+            Arc::new(Int64Array::from(keys)),
+        ],
+    )
+    .unwrap()
+}
+
+/// The join of the outer partitions `outer` with `table` through its clustering index on
+/// "id" (the inner side's columns id and w), under `query`.
+fn join_partitions(
+    table: &Arc<crate::access::TableIo>,
+    outer: &[Vec<RecordBatch>],
+    query: Arc<QueryIo>,
+) -> Arc<IndexJoinExec> {
+    let outer_exec = MemorySourceConfig::try_new_exec(outer, outer_schema(), None).unwrap();
+    let index = index_on(table, "id");
+    let inner = InnerSide::try_new(table.clone(), "t", index, 1, vec![0, 2], None, None);
+    let keys = vec![Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>];
+    let join = IndexJoinExec::builder(outer_exec, keys, Arc::new(inner.unwrap()), query);
+    Arc::new(join.build().unwrap())
+}
+
 /// Two partitions of one query at its limit of reads in flight, down to one read: each
 /// starts pages under the permits of its own reads once it holds its part of the limit, and
 /// asks admission's queue below it; at every limit both finish, with every row, every
@@ -443,38 +471,21 @@ async fn partitions_at_the_query_limit_finish_and_give_every_permit_back() {
     }
     let f = fixture(60_000);
     // Two partitions of keys spread over the whole table: every heap page is read.
-    let partition = |first: i64| {
-        let keys: Vec<i64> = (0..1500).map(|i| first + i * 40).collect();
-        RecordBatch::try_new(
-            outer_schema(),
-            vec![
-                Arc::new(Int64Array::from(keys.clone())),
-                Arc::new(Int64Array::from(keys)),
-            ],
-        )
-        .unwrap()
-    };
-    let outer = vec![vec![partition(0)], vec![partition(20)]];
+    let outer = vec![
+        vec![spread_keys(0, 40, 1500)],
+        vec![spread_keys(20, 40, 1500)],
+    ];
     let table = (f.runtime)
         .table(&f.path, ExecutionMode::OutOfOrder, false)
         .unwrap();
     assert!(table.engine().starts_reads(), "the engine reads into sinks");
-    let index = index_on(&table, "id");
-    let join = |config: &OoodeConfig| {
-        let outer_exec = MemorySourceConfig::try_new_exec(&outer, outer_schema(), None).unwrap();
-        let inner = InnerSide::try_new(table.clone(), "t", index, 1, vec![0, 2], None, None);
-        let query = QueryIo::new(&f.runtime, config);
-        let keys = vec![Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>];
-        let join = IndexJoinExec::builder(outer_exec, keys, Arc::new(inner.unwrap()), query);
-        Arc::new(join.build().unwrap())
-    };
     for limit in [1, 2, 3, 32] {
         let config = OoodeConfig {
             max_outstanding_io: limit,
             ..OoodeConfig::default()
         };
         f.runtime.pool().clear();
-        let measured = join(&config);
+        let measured = join_partitions(&table, &outer, QueryIo::new(&f.runtime, &config));
         // A stall (partitions each waiting for permits the other holds) fails, not hangs.
         let run = collect(measured.clone(), task(256));
         let got = tokio::time::timeout(std::time::Duration::from_secs(120), run)
@@ -503,17 +514,6 @@ async fn partitions_at_the_query_limit_finish_and_give_every_permit_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_queries_taking_turns_under_a_small_cap_all_finish() {
     let f = fixture(60_000);
-    let partition = |first: i64| {
-        let keys: Vec<i64> = (0..600).map(|i| first + i * 97).collect();
-        RecordBatch::try_new(
-            outer_schema(),
-            vec![
-                Arc::new(Int64Array::from(keys.clone())),
-                Arc::new(Int64Array::from(keys)),
-            ],
-        )
-        .unwrap()
-    };
     let config = OoodeConfig {
         max_long_queries: 1,
         max_outstanding_io: 8,
@@ -526,17 +526,12 @@ async fn long_queries_taking_turns_under_a_small_cap_all_finish() {
     let table = (f.runtime)
         .table(&f.path, ExecutionMode::OutOfOrder, false)
         .unwrap();
-    let index = index_on(&table, "id");
     let runs = (0..4).map(|q| {
-        let outer = vec![vec![partition(q)], vec![partition(q + 48)]];
-        let outer_exec = MemorySourceConfig::try_new_exec(&outer, outer_schema(), None).unwrap();
-        let inner = InnerSide::try_new(table.clone(), "t", index, 1, vec![0, 2], None, None);
+        let outer = [spread_keys(q, 97, 600), spread_keys(q + 48, 97, 600)].map(|b| vec![b]);
         let query = QueryIo::new(&f.runtime, &config);
         // Long, whatever the optimizer would have estimated: its tasks take turns.
         query.set_estimated_reads(1_000_000);
-        let keys = vec![Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>];
-        let join = IndexJoinExec::builder(outer_exec, keys, Arc::new(inner.unwrap()), query);
-        collect(Arc::new(join.build().unwrap()), task(64))
+        collect(join_partitions(&table, &outer, query), task(64))
     });
     let all = futures::future::join_all(runs);
     let results = tokio::time::timeout(std::time::Duration::from_secs(120), all)
