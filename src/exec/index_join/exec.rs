@@ -23,6 +23,7 @@ use datafusion::physical_plan::{
 
 use datafusion::execution::memory_pool::MemoryConsumer;
 
+use super::inner_page::InPlaceColumns;
 use super::output::OutputSpec;
 use super::stream::{JoinWork, Limits, run};
 use crate::access::index_only::IndexColumns;
@@ -79,6 +80,9 @@ pub struct InnerSide {
     /// Set when the index's keys hold every column decoded: probes can then read leaves only
     /// (when `ooode.index_only_scans` is on).
     pub keys: Option<Arc<IndexColumns>>,
+    /// Set when probes can take their rows from heap pages where they lie, undecoded (see
+    /// [`InPlaceColumns`]).
+    pub in_place: Option<InPlaceColumns>,
 }
 
 impl InnerSide {
@@ -128,9 +132,17 @@ impl InnerSide {
             Some(cols) => Arc::new(read_schema.project(cols)?),
             None => read_schema.clone(),
         };
+        let in_place = InPlaceColumns::plan(
+            t.schema(),
+            &read_columns,
+            output.as_deref(),
+            predicate.is_some(),
+            meta.is_sparse().then_some(key_cols.as_slice()),
+        );
         let decode_columns = Columns::new(&table, decode_columns)?;
         let keys = IndexColumns::new(&table, index, &decode_columns)?.map(Arc::new);
         Ok(Self {
+            in_place,
             sparse: meta.is_sparse(),
             read_width: read_columns.len(),
             decode_columns,

@@ -18,6 +18,7 @@ use datafusion::common::{JoinSide, Result};
 use datafusion::physical_plan::joins::utils::JoinFilter;
 
 use super::exec::IndexJoinKind;
+use super::inner_page::{InPlacePage, InnerRows};
 
 /// How to build output rows.
 #[derive(Debug, Clone)]
@@ -65,7 +66,7 @@ impl OutputSpec {
         gather: &mut Gather,
         outer: &Arc<RecordBatch>,
         outer_rows: &[u32],
-        page: &Arc<RecordBatch>,
+        page: &InnerRows,
         page_rows: &[u32],
         grid: Range<usize>,
         matched: Option<&mut [bool]>,
@@ -76,6 +77,12 @@ impl OutputSpec {
         }
         let pass: Option<BooleanArray> = match &self.filter {
             Some(f) => {
+                // A join with a filter decodes its pages (see `InPlaceColumns`).
+                let InnerRows::Decoded(page) = page else {
+                    return Err(datafusion::common::DataFusionError::Internal(
+                        "a join filter over rows read in place".into(),
+                    ));
+                };
                 let outer_idx =
                     UInt32Array::from_iter_values(grid.clone().map(|p| outer_rows[p / m]));
                 let inner_idx =
@@ -206,37 +213,39 @@ impl OutputSpec {
 }
 
 /// Output rows being gathered from pairs: for each row, an outer batch's row and an inner
-/// page's row. One `interleave` per column builds them, however many probes and pages the
-/// rows come from, instead of a `take` per column per probe.
+/// page's row. One `interleave` per column builds them (or, for pages read in place, one
+/// copy of each row's value), however many probes and pages the rows come from, instead of
+/// a `take` per column per probe.
 #[derive(Default)]
 pub struct Gather {
     outer: Vec<Arc<RecordBatch>>,
-    inner: Vec<Arc<RecordBatch>>,
+    inner: Vec<InnerRows>,
     outer_idx: Vec<(usize, usize)>,
     inner_idx: Vec<(usize, usize)>,
 }
 
-fn source(list: &mut Vec<Arc<RecordBatch>>, batch: &Arc<RecordBatch>) -> usize {
+/// The index of `item` in `list`, appended unless it is the last one already.
+fn source<T: Clone>(list: &mut Vec<T>, item: &T, same: impl Fn(&T, &T) -> bool) -> usize {
     // Consecutive pairs mostly share their batches: only the last source is looked at, and
     // a batch met again after others is listed again. A search of the whole list cost, for
     // every page new to the list (most of them), a comparison per page gathered before it:
     // quadratic in an output batch's pages, over a thousand of them at 8,192 rows.
     if let Some(last) = list.last()
-        && Arc::ptr_eq(last, batch)
+        && same(last, item)
     {
         return list.len() - 1;
     }
-    list.push(batch.clone());
+    list.push(item.clone());
     list.len() - 1
 }
 
 impl Gather {
     fn outer_source(&mut self, batch: &Arc<RecordBatch>) -> usize {
-        source(&mut self.outer, batch)
+        source(&mut self.outer, batch, Arc::ptr_eq)
     }
 
-    fn inner_source(&mut self, batch: &Arc<RecordBatch>) -> usize {
-        source(&mut self.inner, batch)
+    fn inner_source(&mut self, rows: &InnerRows) -> usize {
+        source(&mut self.inner, rows, InnerRows::same)
     }
 
     /// The gathered rows as a batch of `schema` (outer columns, then inner), if any.
@@ -245,21 +254,85 @@ impl Gather {
             return Ok(None);
         }
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        for (sources, idx) in [
-            (&self.outer, &self.outer_idx),
-            (&self.inner, &self.inner_idx),
-        ] {
-            let Some(first) = sources.first() else {
-                continue;
-            };
+        if let Some(first) = self.outer.first() {
             for c in 0..first.num_columns() {
                 let arrays: Vec<&dyn Array> =
-                    sources.iter().map(|b| b.column(c).as_ref()).collect();
-                cols.push(arrow::compute::interleave(&arrays, idx)?);
+                    self.outer.iter().map(|b| b.column(c).as_ref()).collect();
+                cols.push(arrow::compute::interleave(&arrays, &self.outer_idx)?);
+            }
+        }
+        let mut decoded = Vec::new();
+        let mut in_place = Vec::new();
+        for rows in &self.inner {
+            match rows {
+                InnerRows::Decoded(batch) => decoded.push(batch.as_ref()),
+                InnerRows::InPlace(page) => in_place.push(page.as_ref()),
+            }
+        }
+        match (decoded.first(), in_place.is_empty()) {
+            (Some(first), true) => {
+                for c in 0..first.num_columns() {
+                    let arrays: Vec<&dyn Array> =
+                        decoded.iter().map(|b| b.column(c).as_ref()).collect();
+                    cols.push(arrow::compute::interleave(&arrays, &self.inner_idx)?);
+                }
+            }
+            (None, false) => {
+                for (c, field) in schema.fields().iter().skip(cols.len()).enumerate() {
+                    cols.push(gather_in_place(
+                        &in_place,
+                        &self.inner_idx,
+                        c,
+                        field.data_type(),
+                    )?);
+                }
+            }
+            (None, true) => {}
+            (Some(_), false) => {
+                return Err(datafusion::common::DataFusionError::Internal(
+                    "an output batch of both decoded pages and pages read in place".into(),
+                ));
             }
         }
         Ok(Some(RecordBatch::try_new(schema.clone(), cols)?))
     }
+}
+
+/// Column `column` of the rows `idx` (page, row) of `pages`, as an array of type `t`: each
+/// value copied from where it lies in its page.
+fn gather_in_place(
+    pages: &[&InPlacePage],
+    idx: &[(usize, usize)],
+    column: usize,
+    t: &arrow::datatypes::DataType,
+) -> Result<ArrayRef> {
+    use arrow::array::{ArrayData, BooleanBufferBuilder};
+    use arrow::buffer::{MutableBuffer, NullBuffer};
+    let width = pages.first().map_or(0, |p| p.width(column));
+    let mut values = MutableBuffer::with_capacity(idx.len() * width);
+    // Every page of a table stores a column at the same width (its type's).
+    let copy: fn(&mut MutableBuffer, &[u8]) = match width {
+        16 => |out, v| out.push(i128::from_le_bytes(v.try_into().unwrap_or_default())),
+        8 => |out, v| out.push(i64::from_le_bytes(v.try_into().unwrap_or_default())),
+        4 => |out, v| out.push(i32::from_le_bytes(v.try_into().unwrap_or_default())),
+        _ => |out, v| out.extend_from_slice(v),
+    };
+    for &(page, row) in idx {
+        copy(&mut values, pages[page].value(column, row));
+    }
+    let nulls = pages.iter().any(|p| p.has_nulls(column)).then(|| {
+        let mut valid = BooleanBufferBuilder::new(idx.len());
+        for &(page, row) in idx {
+            valid.append(pages[page].is_valid(column, row));
+        }
+        NullBuffer::new(valid.finish())
+    });
+    let data = ArrayData::builder(t.clone())
+        .len(idx.len())
+        .add_buffer(values.into())
+        .nulls(nulls)
+        .build()?;
+    Ok(arrow::array::make_array(data))
 }
 
 /// A filter mask with nulls as false.

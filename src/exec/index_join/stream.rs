@@ -38,15 +38,15 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use super::exec::InnerSide;
+use super::inner_page::{InnerRows, PageRows};
 use super::outer_keys::{OuterRows, group_keys};
 use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::admission::Acquire;
 use crate::access::heap_reads::{Ended, HeapInbox, Start};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    CachedLookup, Descended, PageGroups, Slots, StepCtx, decode_page_shared, descend_ahead,
-    group_by_page, lookup_cached, lookup_cached_keys, lookup_keys, lookup_leaves,
-    missing_heap_page,
+    CachedLookup, Descended, PageGroups, Slots, StepCtx, descend_ahead, group_by_page,
+    lookup_cached, lookup_cached_keys, lookup_keys, lookup_leaves, missing_heap_page,
 };
 use crate::access::{InboxReader, Permit, Turn, to_df};
 use crate::exec::metrics::NodeMetrics;
@@ -189,7 +189,7 @@ enum Job {
     /// The same for an index-only probe: the leaf's keys, decoded.
     Keys(u64, (Option<Result<KeyRows>>, KeyLeaves)),
     /// A heap page's rows (the inner side's columns), for every probe waiting for it.
-    Page(u64, Result<RecordBatch>),
+    Page(u64, Result<PageRows>),
 }
 
 struct OuterBatch {
@@ -230,7 +230,7 @@ enum Work {
     /// columns, shared by the probes that read it), from grid position `next`.
     Pairs {
         probe: u64,
-        page: Arc<RecordBatch>,
+        page: InnerRows,
         rows: Vec<u32>,
         next: usize,
         /// Pairs in all (outer rows x `rows`).
@@ -246,6 +246,10 @@ enum Work {
 struct Fetch {
     inner: Arc<InnerSide>,
     steps: StepCtx,
+    /// Probes take their rows from heap pages where they lie, undecoded (the inner side
+    /// allows it, no join filter needs them decoded, and no probe reads index leaves, whose
+    /// rows come decoded: an output batch takes inner rows of one kind).
+    in_place: bool,
 }
 
 struct Join {
@@ -319,7 +323,11 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         to_start: VecDeque::new(),
         permit_waits: FuturesUnordered::new(),
         node: node.clone(),
-        fetch: Arc::new(Fetch { inner, steps }),
+        fetch: Arc::new(Fetch {
+            in_place: inner.in_place.is_some() && !output.has_filter() && keys.is_none(),
+            inner,
+            steps,
+        }),
         spec: output,
         keys,
         limits,
@@ -710,13 +718,12 @@ impl Join {
                 self.parked.push_back((probe, Walk::Keys(leaves)));
             }
             Job::Page(page_no, rows) => {
-                let decoded = rows?;
                 let waiting = self.pages.remove(&page_no).unwrap_or_default();
-                let page = self.fetch.inner.page_view(&decoded)?;
+                let (page, decoded) = self.fetch.inner.view(rows?)?;
                 for (probe, slots) in waiting {
                     let found = match self.probes.get(&probe) {
                         Some(p) if !p.settled => self.fetch.inner.probe_rows(
-                            &decoded,
+                            decoded.as_ref(),
                             &page,
                             page_no,
                             &slots,
@@ -814,7 +821,7 @@ impl Join {
                     let (inner, steps) = (&fetch.inner, &fetch.steps);
                     let held = missing_heap_page(&inner.table, page_no, steps).await?;
                     // Probes take a few rows of the page (copied into the output).
-                    decode_page_shared(&inner.table, page_no, &held.page, &inner.decode_columns)
+                    inner.read_page(page_no, &held.page, fetch.in_place)
                 }
                 .await;
                 Job::Page(page_no, rows)
@@ -893,10 +900,9 @@ impl Join {
         let mut ended = std::mem::take(&mut self.ended);
         for (page_no, page) in ended.drain(..) {
             let permit = self.direct.remove(&page_no);
-            let inner = &self.fetch.inner;
-            let rows = page.map_err(to_df).and_then(|page| {
-                decode_page_shared(&inner.table, page_no, &page, &inner.decode_columns)
-            });
+            let fetch = &self.fetch;
+            let rows = (page.map_err(to_df))
+                .and_then(|page| fetch.inner.read_page(page_no, &page, fetch.in_place));
             self.done(Job::Page(page_no, rows))?;
             drop(permit);
         }
@@ -952,12 +958,7 @@ impl Join {
             {
                 prefetch_values(ahead, column, KEY_PREFETCH_LINES);
             }
-            let rows = decode_page_shared(
-                &self.fetch.inner.table,
-                page_no,
-                &page,
-                &self.fetch.inner.decode_columns,
-            );
+            let rows = (self.fetch.inner).read_page(page_no, &page, self.fetch.in_place);
             self.done(Job::Page(page_no, rows))?;
         }
         Ok(())
@@ -965,7 +966,7 @@ impl Join {
 
     /// Rows `rows` of `page` (the inner side's output columns of one heap page) found for
     /// `probe`.
-    fn add_rows(&mut self, probe: u64, page: &Arc<RecordBatch>, rows: Vec<u32>) -> Result<()> {
+    fn add_rows(&mut self, probe: u64, page: &InnerRows, rows: Vec<u32>) -> Result<()> {
         let Some(p) = self.probes.get_mut(&probe) else {
             return Ok(());
         };
@@ -984,8 +985,7 @@ impl Join {
         }
         let total = p.rows.len() * rows.len();
         // The probe's share of the page's memory (the page is shared by its probes).
-        let bytes =
-            page.get_array_memory_size() * rows.len() / page.num_rows().max(1) + rows.len() * 4;
+        let bytes = page.memory_size() * rows.len() / page.num_rows().max(1) + rows.len() * 4;
         self.grow(bytes)?;
         self.out_bytes += bytes;
         self.out_rows += total;

@@ -177,6 +177,11 @@ fn task(batch_size: usize) -> Arc<TaskContext> {
     )
 }
 
+/// The inner table's columns: all of them (a string among them: probes decode pages), and
+/// those of fixed width (probes read pages in place, unless a join filter needs them decoded).
+const ALL_COLUMNS: &[usize] = &[0, 1, 2, 3];
+const FIXED_COLUMNS: &[usize] = &[0, 1, 2];
+
 /// The index join over `index` (keyed by the inner column `key`) and the hash join of the same
 /// rows; returns both results.
 async fn both(
@@ -187,8 +192,21 @@ async fn both(
     with_filter: bool,
     batch_size: usize,
 ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+    both_of(f, outer, key, (kind, with_filter), batch_size, ALL_COLUMNS).await
+}
+
+/// [`both`], the inner side reading the table's `columns` only.
+async fn both_of(
+    f: &Fixture,
+    outer: Vec<RecordBatch>,
+    key: &str,
+    (kind, with_filter): (IndexJoinKind, bool),
+    batch_size: usize,
+    columns: &[usize],
+) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
     let index = index_on(&f.table, key);
-    let inner_schema = f.inner.schema();
+    let inner_rows = f.inner.project(columns)?;
+    let inner_schema = inner_rows.schema();
     let outer_exec = || {
         MemorySourceConfig::try_new_exec(std::slice::from_ref(&outer), outer_schema(), None)
             .unwrap() as Arc<dyn ExecutionPlan>
@@ -200,10 +218,11 @@ async fn both(
         "t",
         index,
         1,
-        (0..inner_schema.fields().len()).collect(),
+        columns.to_vec(),
         None,
         None,
     )?);
+    assert_eq!(inner.in_place.is_some(), columns == FIXED_COLUMNS);
     let index_join = IndexJoinExec::builder(
         outer_exec(),
         vec![Arc::new(Column::new("ok", 0))],
@@ -221,7 +240,7 @@ async fn both(
         IndexJoinKind::Anti => JoinType::LeftAnti,
     };
     let inner_exec =
-        MemorySourceConfig::try_new_exec(&[vec![f.inner.clone()]], inner_schema.clone(), None)?;
+        MemorySourceConfig::try_new_exec(&[vec![inner_rows.clone()]], inner_schema.clone(), None)?;
     let on = vec![(
         Arc::new(Column::new("ok", 0)) as Arc<dyn PhysicalExpr>,
         Arc::new(Column::new(key, inner_schema.index_of(key)?)) as Arc<dyn PhysicalExpr>,
@@ -251,7 +270,11 @@ const KINDS: [IndexJoinKind; 4] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_matches_the_hash_join() {
     let f = fixture(3000);
-    for key in ["k", "id"] {
+    for (key, columns) in ["k", "id"].into_iter().flat_map(|key| {
+        [ALL_COLUMNS, FIXED_COLUMNS]
+            .into_iter()
+            .map(move |columns| (key, columns))
+    }) {
         for kind in KINDS {
             for with_filter in [false, true] {
                 for outer in [
@@ -260,11 +283,14 @@ async fn every_kind_matches_the_hash_join() {
                     vec![RecordBatch::new_empty(outer_schema())],
                 ] {
                     let empty = outer.iter().all(|b| b.num_rows() == 0);
-                    let (got, want) = both(&f, outer, key, kind, with_filter, 8192).await.unwrap();
+                    let (got, want) = both_of(&f, outer, key, (kind, with_filter), 8192, columns)
+                        .await
+                        .unwrap();
                     assert_eq!(
                         text_rows(&got),
                         text_rows(&want),
-                        "{kind:?} on {key}, filter {with_filter}, empty outer {empty}"
+                        "{kind:?} on {key}, columns {columns:?}, filter {with_filter}, \
+                         empty outer {empty}"
                     );
                 }
             }
@@ -276,17 +302,24 @@ async fn every_kind_matches_the_hash_join() {
 async fn many_matches_stream_in_batches_of_the_batch_size() {
     // 20,000 inner rows: each k holds about 2,600 of them.
     let f = fixture(20_000);
-    for kind in [IndexJoinKind::Inner, IndexJoinKind::LeftOuter] {
-        let (got, want) = both(&f, outer_batches(), "k", kind, false, 100)
+    for (kind, columns) in [IndexJoinKind::Inner, IndexJoinKind::LeftOuter]
+        .into_iter()
+        .flat_map(|kind| [(kind, ALL_COLUMNS), (kind, FIXED_COLUMNS)])
+    {
+        let (got, want) = both_of(&f, outer_batches(), "k", (kind, false), 100, columns)
             .await
             .unwrap();
         assert!(
             got.iter().all(|b| b.num_rows() <= 100),
-            "{kind:?}: a batch of {} rows",
+            "{kind:?}, {columns:?}: a batch of {} rows",
             got.iter().map(|b| b.num_rows()).max().unwrap_or(0)
         );
-        assert!(got.len() > 100, "{kind:?}: {} batches", got.len());
-        assert_eq!(text_rows(&got), text_rows(&want), "{kind:?}");
+        assert!(
+            got.len() > 100,
+            "{kind:?}, {columns:?}: {} batches",
+            got.len()
+        );
+        assert_eq!(text_rows(&got), text_rows(&want), "{kind:?}, {columns:?}");
     }
 }
 

@@ -32,7 +32,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::page::{HEADER_LEN, read_u32};
 
-const BODY_HEADER: usize = 8;
+pub(super) const BODY_HEADER: usize = 8;
 const DIR_ENTRY: usize = 12;
 const REGION_ALIGN: usize = 8;
 
@@ -311,18 +311,7 @@ impl HeapCodec {
     ) -> Result<RecordBatch> {
         let page = source.bytes();
         let bad = |why: String| StorageError::corrupted(file, Some(page_no), why);
-        let n = decode_row_count(page).ok_or_else(|| bad("no row count".into()))? as usize;
-        let ncols = read_u32(page, HEADER_LEN + 4).unwrap_or(0) as usize;
-        if ncols != self.classes.len() {
-            return Err(bad(format!(
-                "page has {ncols} columns, the table has {}",
-                self.classes.len()
-            )));
-        }
-        // A page cannot hold more rows than bits: bounds the allocations below.
-        if n > page.len() * 8 {
-            return Err(bad(format!("row count {n} larger than the page can hold")));
-        }
+        let n = self.body_rows(page).map_err(bad)?;
         if schema.fields().len() != projection.len() {
             return Err(StorageError::InvalidArgument(format!(
                 "{} columns asked for with a schema of {}",
@@ -347,15 +336,25 @@ impl HeapCodec {
             .map_err(|e| bad(format!("rows do not form a batch: {e}")))
     }
 
+    /// The row count of `page`, checked against the table's columns and the page's size.
+    pub(super) fn body_rows(&self, page: &[u8]) -> std::result::Result<usize, String> {
+        let n = decode_row_count(page).ok_or("no row count")? as usize;
+        let ncols = read_u32(page, HEADER_LEN + 4).unwrap_or(0) as usize;
+        if ncols != self.classes.len() {
+            return Err(format!(
+                "page has {ncols} columns, the table has {}",
+                self.classes.len()
+            ));
+        }
+        // A page cannot hold more rows than bits: bounds the allocations below.
+        if n > page.len() * 8 {
+            return Err(format!("row count {n} larger than the page can hold"));
+        }
+        Ok(n)
+    }
+
     fn decode_column(&self, source: &Source<'_>, c: usize, n: usize) -> Result<ArrayRef, String> {
-        let page = source.bytes();
-        let dir = HEADER_LEN + BODY_HEADER + DIR_ENTRY * c;
-        let read = |at| {
-            read_u32(page, at)
-                .map(|v| v as usize)
-                .ok_or("directory out of page")
-        };
-        let (nulls_at, values_at, values_len) = (read(dir)?, read(dir + 4)?, read(dir + 8)?);
+        let (nulls_at, values_at, values_len) = directory_entry(source.bytes(), c)?;
         let nulls = if nulls_at == 0 {
             None
         } else {
@@ -418,6 +417,18 @@ impl HeapCodec {
             arrow::compute::cast(&array, &target).map_err(|e| format!("cannot convert: {e}"))
         }
     }
+}
+
+/// Column `c`'s entry in `page`'s column directory: where its validity bitmap starts (0:
+/// none), where its values start, and their length in bytes.
+pub(super) fn directory_entry(page: &[u8], c: usize) -> Result<(usize, usize, usize), String> {
+    let dir = HEADER_LEN + BODY_HEADER + DIR_ENTRY * c;
+    let read = |at| {
+        read_u32(page, at)
+            .map(|v| v as usize)
+            .ok_or("directory out of page")
+    };
+    Ok((read(dir)?, read(dir + 4)?, read(dir + 8)?))
 }
 
 /// `n` values of `t` in `values` (checked to hold exactly that) with `nulls`, as an array
