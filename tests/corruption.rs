@@ -234,8 +234,11 @@ fn damaged_heap_bodies_never_panic() {
     let table = Table::open(&path).unwrap();
     let page = table.heap().read_page(1).unwrap();
     let mut x: u64 = 7;
-    let (mut errors, mut shared_errors) = (0, 0);
+    let (mut errors, mut shared_errors, mut fixed_read) = (0, 0, 0);
     let all: Vec<usize> = (0..table.schema().fields().len()).collect();
+    // The fixed-width columns, which an index join's probes read in place, undecoded.
+    let fixed = [0, 1];
+    let fixed_schema = Arc::new(table.schema().project(&fixed).unwrap());
     for _ in 0..3000 {
         x = x
             .wrapping_mul(6364136223846793005)
@@ -253,6 +256,22 @@ fn damaged_heap_bodies_never_panic() {
         if table.codec().decode(&p, None, file, 1).is_err() {
             errors += 1;
         }
+        // Read in place, those columns must be rejected where decoding them is, and read
+        // the decoded values (never outside the page) where it is not.
+        let decoded = (table.codec()).decode_projected(&p, &fixed, &fixed_schema, file, 1);
+        let layout = table.codec().fixed_layout(&p, &fixed, file, 1);
+        assert_eq!(layout.is_ok(), decoded.is_ok(), "{layout:?} / {decoded:?}");
+        if let (Ok(layout), Ok(decoded)) = (layout, decoded) {
+            fixed_read += 1;
+            let ids = decoded.column(0).as_primitive::<Int64Type>();
+            let groups = decoded.column(1).as_primitive::<Int32Type>();
+            for row in 0..layout.rows() {
+                let id = layout.column(0).value(&p, row);
+                assert_eq!(id, ids.value(row).to_le_bytes().as_slice());
+                let group = layout.column(1).value(&p, row);
+                assert_eq!(group, groups.value(row).to_le_bytes().as_slice());
+            }
+        }
         // The engine's decode: columns that are slices of the page itself, not copies.
         let shared = table.codec().decode_projected_shared(
             &Buffer::from_vec(p),
@@ -267,6 +286,7 @@ fn damaged_heap_bodies_never_panic() {
     }
     assert!(errors > 100, "damage went unnoticed: {errors} errors");
     assert_eq!(shared_errors, errors, "the two decoders disagree");
+    assert!(fixed_read > 100, "only {fixed_read} pages read in place");
 }
 
 #[test]
