@@ -75,16 +75,6 @@ impl FixedLayout {
     pub fn column(&self, i: usize) -> &FixedColumn {
         &self.columns[i]
     }
-
-    /// Columns asked for.
-    pub fn len(&self) -> usize {
-        self.columns.len()
-    }
-
-    /// Whether no column was asked for.
-    pub fn is_empty(&self) -> bool {
-        self.columns.is_empty()
-    }
 }
 
 /// Whether `t` is a type whose values [`FixedLayout`] can hand out: fixed width, and stored
