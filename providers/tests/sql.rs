@@ -381,6 +381,12 @@ async fn the_index_rule_finds_its_counts_started() {
                 )
             });
             assert_eq!(query_io.own_counts(), 0, "{setting}: {query}");
+            // The time the rule blocked is counted with its waits, and only with them.
+            assert_eq!(
+                query_io.count_waits() == 0,
+                query_io.count_wait_time().is_zero(),
+                "{setting}: {query}"
+            );
             if mode == "in_order" {
                 assert_eq!(
                     query_io.count_waits(),

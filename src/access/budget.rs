@@ -42,6 +42,8 @@ pub struct QueryIo {
     own_counts: AtomicU64,
     /// Range counts started in `scan` that the optimizer rule waited for, blocking its thread.
     count_waits: AtomicU64,
+    /// Nanoseconds those waits blocked their thread, summed.
+    count_wait_nanos: AtomicU64,
     /// Output streams of the query's operators open now (see [`OpenStream`]).
     open_streams: AtomicUsize,
     /// Operator tasks that read heap pages under permits of their own now (see
@@ -112,6 +114,7 @@ impl QueryIo {
             work_done: AtomicU64::new(0),
             own_counts: AtomicU64::new(0),
             count_waits: AtomicU64::new(0),
+            count_wait_nanos: AtomicU64::new(0),
             open_streams: AtomicUsize::new(0),
             inbox_readers: AtomicUsize::new(0),
             config: config.clone(),
@@ -281,9 +284,17 @@ impl QueryIo {
         self.own_counts.load(Relaxed)
     }
 
-    /// Notes that the optimizer rule waits, blocking, for counts started in `scan`.
-    pub fn note_count_wait(&self) {
+    /// Notes that the optimizer rule waited `blocked`, blocking its thread, for counts
+    /// started in `scan`.
+    pub fn note_count_wait(&self, blocked: std::time::Duration) {
         self.count_waits.fetch_add(1, Relaxed);
+        let nanos = u64::try_from(blocked.as_nanos()).unwrap_or(u64::MAX);
+        self.count_wait_nanos.fetch_add(nanos, Relaxed);
+    }
+
+    /// How long the waits of [`Self::count_waits`] blocked their thread, in all.
+    pub fn count_wait_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.count_wait_nanos.load(Relaxed))
     }
 
     /// Times the optimizer rule waited, blocking, for counts started in `scan` and not yet

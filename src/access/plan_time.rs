@@ -253,8 +253,10 @@ impl PlanCounts {
             Some(counts) => counts.clone(),
             None => {
                 let query = self.query.as_ref()?;
-                query.note_count_wait();
-                crate::io::wait::block_on_reads(&self.engines, counts.clone())
+                let blocked = std::time::Instant::now();
+                let counts = crate::io::wait::block_on_reads(&self.engines, counts.clone());
+                query.note_count_wait(blocked.elapsed());
+                counts
             }
         };
         counts.get(at).copied()

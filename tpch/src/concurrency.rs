@@ -139,6 +139,8 @@ pub struct PointTail {
     pub total_ms: f64,
     /// Planning (SQL to physical plan).
     pub plan_ms: f64,
+    /// Of planning, the optimizer rule blocked on range counts' reads.
+    pub count_wait_ms: f64,
     /// Reads.
     pub reads: f64,
     /// Reads' time queued for admission, summed.
@@ -162,6 +164,8 @@ pub struct PointTail {
 struct Timing {
     total_ms: f64,
     plan_ms: f64,
+    /// Of planning, the optimizer rule blocked on range counts' reads.
+    count_wait_ms: f64,
     reads: u64,
     admission_ms: f64,
     wake_ms: f64,
@@ -191,6 +195,7 @@ impl PointTail {
             queries: n,
             total_ms: mean(|t| t.total_ms),
             plan_ms: mean(|t| t.plan_ms),
+            count_wait_ms: mean(|t| t.count_wait_ms),
             reads: mean(|t| t.reads as f64),
             admission_ms: mean(|t| t.admission_ms),
             wake_ms: mean(|t| t.wake_ms),
@@ -783,11 +788,13 @@ fn tail_line(t: &PointTail) -> String {
 /// Where `t`'s time went, in words.
 fn breakdown(t: &PointTail) -> String {
     format!(
-        "{:.1} ms = planning {:.1} + execution; summed over their {:.0} reads: admission {:.1} \
+        "{:.1} ms = planning {:.1} (blocked on range counts' reads {:.1}) + execution; summed \
+         over their {:.0} reads: admission {:.1} \
          ms, granted to running {:.1} ms, submitted to used {:.1} ms; size class {:.1}; after \
          ooode's operators {:.1} ms",
         t.total_ms,
         t.plan_ms,
+        t.count_wait_ms,
         t.reads,
         t.admission_ms,
         t.wake_ms,
@@ -841,6 +848,7 @@ async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(Timing, Vec<St
     if let Some(query) = query_io(&plan) {
         let (waits, io) = (query.admission_waits(), query.metrics.snapshot());
         timing.reads = io.reads;
+        timing.count_wait_ms = ms(query.count_wait_time());
         timing.admission_ms = ms(waits.queued_time);
         timing.wake_ms = ms(waits.wake_time);
         timing.device_ms = ms(io.read_time);
