@@ -929,6 +929,20 @@ fn print_run(p: &ConcurrencyPoint) {
                 "",
                 reads / fio * 100.0
             );
+            // The process's whole CPU (planning, DataFusion's operators, the kernel's side of
+            // each read) over its page reads: what the cores bound the device to at this mix.
+            if reads > 0.0 {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+                let us_per_read = p.cpu_percent * 1e4 / reads;
+                let most = cores * 1e6 / us_per_read;
+                eprintln!(
+                    "{:<20} {c:>3} clients: {us_per_read:.1} us of the process's CPU per page \
+                     read: {cores:.0} cores kept busy would read at most {most:.0} a second, \
+                     {:.0} % of fio's beside the run",
+                    "",
+                    most / fio * 100.0
+                );
+            }
         }
     }
     if let Some(replay) = p.fio_replay_qd64 {
