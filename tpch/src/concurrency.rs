@@ -931,7 +931,7 @@ fn print_run(p: &ConcurrencyPoint) {
             );
             // The process's whole CPU (planning, DataFusion's operators, the kernel's side of
             // each read) over its page reads: what the cores bound the device to at this mix.
-            if reads > 0.0 {
+            if reads > 0.0 && p.cpu_percent > 0.0 {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
                 let us_per_read = p.cpu_percent * 1e4 / reads;
                 let most = cores * 1e6 / us_per_read;
