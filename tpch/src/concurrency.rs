@@ -101,6 +101,9 @@ pub struct ConcurrencyPoint {
     pub point_used_read_ms: Option<f64>,
     /// Process CPU, percent of one core.
     pub cpu_percent: f64,
+    /// Process CPU per page read ooode issued, microseconds, both counted up to the deadline
+    /// (None for Parquet or without reads).
+    pub cpu_us_per_read: Option<f64>,
     /// fio's random 8 KiB reads at depth 64 on the lineitem heap, IOPS: the mean of two
     /// seconds right before the run and two right after (ooode's mixed runs; None without
     /// fio). The device drifts over minutes, so its share is taken against this.
@@ -537,6 +540,7 @@ async fn run_point(
             (
                 DiskCounters::of(&heap),
                 ooode_reads(&engines),
+                process_cpu_time(),
                 Instant::now(),
             )
         })
@@ -616,7 +620,7 @@ async fn run_point(
         false => engines.iter().flat_map(|e| e.recorded_reads()).collect(),
     };
     let depth = sampler.and_then(DepthSampler::finish);
-    let (dev_at, reads_at, at) = at_deadline
+    let (dev_at, reads_at, cpu_at, at) = at_deadline
         .join()
         .map_err(|_| "the thread reading the counters at the deadline panicked")?;
     let window = (at - start).as_secs_f64();
@@ -634,6 +638,9 @@ async fn run_point(
         _ => None,
     };
     let engine_iops = engine_reads.map(|t| t.reads as f64 / window);
+    let cpu_us_per_read = engine_reads
+        .filter(|t| t.reads > 0)
+        .map(|t| cpu_at.saturating_sub(cpu0).as_secs_f64() * 1e6 / t.reads as f64);
     let operator_tasks = tasks0
         .zip(operator_tasks())
         .map(|(a, b)| ooode::access::OperatorTasks {
@@ -684,6 +691,7 @@ async fn run_point(
             used_read_ms: used.all.mean(),
             point_used_read_ms: used.points.mean(),
             cpu_percent: cpu / elapsed * 100.0,
+            cpu_us_per_read,
             fio_qd64_beside: None,
             fio_replay_qd64: None,
             point_tail: match engine {
@@ -931,9 +939,8 @@ fn print_run(p: &ConcurrencyPoint) {
             );
             // The process's whole CPU (planning, DataFusion's operators, the kernel's side of
             // each read) over its page reads: what the cores bound the device to at this mix.
-            if reads > 0.0 && p.cpu_percent > 0.0 {
+            if let Some(us_per_read) = p.cpu_us_per_read.filter(|&us| us > 0.0) {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-                let us_per_read = p.cpu_percent * 1e4 / reads;
                 let most = cores * 1e6 / us_per_read;
                 eprintln!(
                     "{:<20} {c:>3} clients: {us_per_read:.1} us of the process's CPU per page \
