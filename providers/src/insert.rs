@@ -169,7 +169,7 @@ impl DataSink for OoodeSink {
 
 /// Writes inserted rows as a segment of a table in object storage: the segment is loaded in
 /// a local staging directory and uploaded (manifest last) under `<url>/seg-.../`, then
-/// committed by a conditional PUT of `segments.json` (see [`commit_remote_list`]); a failed
+/// committed by a conditional PUT of `segments.json` (see `commit_remote_list`); a failed
 /// commit deletes the uploaded segment. `INSERT OVERWRITE` commits the new segment alone,
 /// the others retired (removed by a compaction after `ooode.remote_retention_secs`).
 #[derive(Debug)]

@@ -19,7 +19,7 @@
 //! cost a hot Fig. 4 query at 1 % of customers 40 % (28 ms against 20).
 //!
 //! The lane's threads read at the idle I/O class, set explicitly (see
-//! [`set_io_priority_idle`]): the kernel's queue then sends short queries' reads first.
+//! `set_io_priority_idle`): the kernel's queue then sends short queries' reads first.
 
 use std::sync::Arc;
 

@@ -282,7 +282,7 @@ impl PlanCounts {
 }
 
 /// The counts and the read-ahead a table's scan made while the query was planned
-/// ([`crate::optimizer::plan_reads`]).
+/// ([`crate::optimizer::plan_reads`](fn@crate::optimizer::plan_reads)).
 #[derive(Debug, Default)]
 pub struct PlanReads {
     /// Range counts of the candidate index scans.

@@ -1,6 +1,6 @@
 //! Layer 4: the physical optimizer rules: index plans where they win ([`OoodeIndexRule`]),
 //! and small index plans kept in one pipeline ([`OoodeOnePipelineRule`]); and what a table's
-//! scan reads while the query is planned ([`plan_reads`]: the rule's range counts, the
+//! scan reads while the query is planned ([`plan_reads`](mod@plan_reads): the rule's range counts, the
 //! read-ahead of small index scans).
 
 pub mod cost;

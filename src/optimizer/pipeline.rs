@@ -8,7 +8,7 @@
 //! however good, gets the repartition (unless `use_row_number_estimates_to_optimize_
 //! partitioning` is set). An index scan's count comes from the B+tree: the entries in its key
 //! ranges, counted at planning time, which bound its rows from above (its residual predicate
-//! can only drop rows). For a scan of at most [`ONE_PIPELINE_ROWS`] rows the repartition buys
+//! can only drop rows). For a scan of at most [`ONE_PIPELINE_ROWS`](crate::exec::ONE_PIPELINE_ROWS) rows the repartition buys
 //! no parallelism worth having and costs a task, two channels and a wake-up of a parked
 //! thread between each read and the next operator; without it the whole plan above runs in
 //! one partition. Measured on the Fig. 4 query with `N = 1` at SF 1 (cold, release build,

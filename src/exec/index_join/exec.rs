@@ -81,7 +81,7 @@ pub struct InnerSide {
     /// (when `ooode.index_only_scans` is on).
     pub keys: Option<Arc<IndexColumns>>,
     /// Set when probes can take their rows from heap pages where they lie, undecoded (see
-    /// [`InPlaceColumns`]).
+    /// `InPlaceColumns`).
     pub in_place: Option<InPlaceColumns>,
 }
 

@@ -324,7 +324,7 @@ impl NodeRef<'_> {
 /// dependent loads a comparison: the largest part of a cached lookup's CPU), and reads a key
 /// only where those eight bytes tie.
 ///
-/// The words are searched in two steps, first every [`FENCE_GAP`]-th (a short array, hot in
+/// The words are searched in two steps, first every `FENCE_GAP`-th (a short array, hot in
 /// the cache for all nodes at once), then one block of the gap between two: a few lines read
 /// one after another instead of a line per halving of the whole array.
 #[derive(Debug, Default)]
