@@ -95,12 +95,13 @@ impl Join {
 
     /// Fetches the pages of probes whose walks are over, and ends the walks: one pool lookup
     /// for the pages of all of them (see `TableIo::cached_heap_pages`), then each probe's
-    /// fetches as [`fetch_pages`](Self::fetch_pages) would start them.
-    pub(super) fn fetch_found(&mut self, found: FoundNow) {
+    /// fetches as [`fetch_pages`](Self::fetch_pages) would start them. `found` is left
+    /// empty, its room kept.
+    pub(super) fn fetch_found(&mut self, found: &mut FoundNow) {
         // One probe (in order, nearly always): the lookups one by one cost less.
         let mut cached = (found.probes.len() > 1).then(|| {
             // The pages not being fetched yet, once each, as gathered.
-            let mut wanted: Vec<u64> = found.planned.into_iter().collect();
+            let mut wanted: Vec<u64> = found.planned.drain().collect();
             wanted.sort_unstable();
             let mut pages = Vec::new();
             (self.fetch.inner.table).cached_heap_pages(
@@ -110,7 +111,8 @@ impl Join {
             );
             Cached { wanted, pages }
         });
-        for (probe, groups) in found.probes {
+        found.planned.clear();
+        for (probe, groups) in found.probes.drain(..) {
             self.fetch_groups(probe, groups, cached.as_mut());
             self.release(probe); // the walk is over
         }

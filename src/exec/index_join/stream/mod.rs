@@ -205,6 +205,9 @@ struct Join {
     /// Pages whose permits are asked of admission (the inbox had no read to wait for, or
     /// other queries' reads are queued).
     permit_waits: FuturesUnordered<PermitFor>,
+    /// An empty [`FoundNow`] kept between uses, its room with it: a set made and grown for
+    /// every outer batch and every resumption showed in profiles (about 1.5 % of the CPU).
+    spare_found: FoundNow,
     /// Counts them in the node's metrics.
     node: NodeMetrics,
     /// The inner side and how its steps read, under one count of this partition's own: a
@@ -250,6 +253,7 @@ pub async fn run(work: JoinWork, tx: Sender<Result<RecordBatch>>, mut turn: Turn
         ended: Vec::new(),
         to_start: VecDeque::new(),
         permit_waits: FuturesUnordered::new(),
+        spare_found: FoundNow::default(),
         node: node.clone(),
         fetch: Arc::new(Fetch {
             in_place: inner.in_place.is_some() && !output.has_filter() && keys.is_none(),
@@ -404,7 +408,7 @@ impl Join {
             },
         );
         // Probes whose pages are fetched now: their pool lookups are made together at the end.
-        let mut found_now = FoundNow::default();
+        let mut found_now = std::mem::take(&mut self.spare_found);
         // Probes a few ahead have descended to their leaf already (see `descend_ahead`).
         let mut keys =
             (keyed.keys.into_iter()).map(|(key, span)| (Arc::new(KeyRange::prefix(key)), span));
@@ -443,7 +447,8 @@ impl Join {
                 None => self.start_ids(id, range, descended, Some(&mut found_now))?,
             }
         }
-        self.fetch_found(found_now);
+        self.fetch_found(&mut found_now);
+        self.spare_found = found_now;
         Ok(())
     }
 
@@ -670,7 +675,7 @@ impl Join {
     /// find in the pool are decoded on the way (so they never wait with nothing in flight).
     fn resume_parked(&mut self) -> Result<()> {
         // Probes whose row ids are known are gathered, for one pool lookup of their pages.
-        let mut found_now = FoundNow::default();
+        let mut found_now = std::mem::take(&mut self.spare_found);
         let room =
             |join: &Self, planned: usize| join.pages.len() + planned < join.limits.max_fetches;
         while self.out_bytes < self.limits.out_bytes && room(self, found_now.pages()) {
@@ -684,11 +689,12 @@ impl Join {
                 walk => self.resume(probe, walk)?,
             }
             if !room(self, found_now.pages()) {
-                self.fetch_found(std::mem::take(&mut found_now));
+                self.fetch_found(&mut found_now);
                 self.decode_ready()?;
             }
         }
-        self.fetch_found(found_now);
+        self.fetch_found(&mut found_now);
+        self.spare_found = found_now;
         self.decode_ready()
     }
 
