@@ -146,14 +146,26 @@ pub async fn heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> Result<H
             _permit: None,
         });
     }
-    missing_heap_page(table, page_no, ctx).await
+    missing_heap_page(table, page_no, ctx, None).await
 }
 
 /// Heap page `page_no` of `table`, which the caller has just not found in the buffer pool:
 /// read under a permit without looking again first (the read still finds the page if it
-/// arrived meanwhile, or joins its read).
-pub async fn missing_heap_page(table: &TableIo, page_no: u64, ctx: &StepCtx) -> Result<HeldPage> {
-    let permit = ctx.permit().await;
+/// arrived meanwhile, or joins its read). `granted`: a permit the caller already holds for
+/// this read (else one is asked of admission).
+pub async fn missing_heap_page(
+    table: &TableIo,
+    page_no: u64,
+    ctx: &StepCtx,
+    granted: Option<Permit>,
+) -> Result<HeldPage> {
+    let permit = match granted {
+        Some(permit) => {
+            ctx.note_read();
+            Some(permit)
+        }
+        None => ctx.permit().await,
+    };
     let page = table
         .heap_page(page_no, &ctx.counters)
         .await

@@ -605,6 +605,75 @@ async fn partitions_at_the_query_limit_finish_and_give_every_permit_back() {
     }
 }
 
+/// A heap page another request is reading when the join would read it (the pool answers
+/// Busy): the join fetches it by a job that keeps the permit granted for it, joining that
+/// read without asking admission again. At a limit of one read, the query's other page then
+/// waits for that permit: nothing else is read until the other request's read ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_read_elsewhere_is_joined_under_the_permit_granted_for_it() {
+    use crate::access::Counters;
+    use crate::io::pool::Claim;
+    use crate::io::{PageHint, metrics::IoMetrics};
+    if let Err(why) = crate::io::uring_available() {
+        panic!("this test needs io_uring (reads into the join's inbox): {why}");
+    }
+    let f = fixture(60_000);
+    let table = (f.runtime)
+        .table(&f.path, ExecutionMode::OutOfOrder, false)
+        .unwrap();
+    // Heap page 0 holds id 0: its bytes, read once, for the other request to deliver.
+    let page = (table.heap_page(0, &Counters::one(IoMetrics::new())).await).unwrap();
+    let last = table.heap_location(table.heap_pages() - 1).unwrap();
+    assert_ne!(last.key, table.heap_location(0).unwrap().key);
+    f.runtime.pool().clear();
+    // The clustering index's nodes cached (a join on a middle id): the query's reads below
+    // are then heap pages only.
+    let warm = join_partitions(&table, &[vec![spread_keys(30_000, 1, 1)]], {
+        QueryIo::new(&f.runtime, &OoodeConfig::default())
+    });
+    assert_eq!(collect(warm, task(64)).await.unwrap()[0].num_rows(), 1);
+    let at = table.heap_location(0).unwrap();
+    let claim = f.runtime.pool().claim(at.key, at.len, PageHint::Data);
+    assert!(
+        matches!(claim, Claim::Claimed),
+        "the other request reads page 0"
+    );
+    let config = OoodeConfig {
+        max_outstanding_io: 1,
+        ..OoodeConfig::default()
+    };
+    let query = QueryIo::new(&f.runtime, &config);
+    // Ids 0 (page 0) and the last one (the last page), in that order.
+    let outer = vec![vec![spread_keys(0, 59_999, 2)]];
+    let join = join_partitions(&table, &outer, query.clone());
+    let run = tokio::spawn(collect(join, task(64)));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while query.permits_in_use() == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Given time to read the last page, had the permit been let go.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(query.permits_in_use(), 1, "the job holds page 0's permit");
+    assert_eq!(query.metrics.snapshot().reads, 0, "nothing read meanwhile");
+    assert!(!run.is_finished());
+    f.runtime.pool().finish_claim(at.key, Some(&page));
+    let got = tokio::time::timeout(std::time::Duration::from_secs(30), run)
+        .await
+        .expect("the join finishes once page 0 is there")
+        .unwrap()
+        .unwrap();
+    let rows: usize = got.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 2, "each id matches one row");
+    assert_eq!(
+        query.metrics.snapshot().reads,
+        1,
+        "the last page read, page 0 joined"
+    );
+    assert_eq!(query.permits_in_use(), 0, "permits given back");
+    // Only the last page's request waited in admission's queue, once.
+    assert_eq!(query.admission_waits().queued, 1);
+}
+
 /// Long queries taking turns (`ooode.max_long_queries = 1`) under a runtime-wide cap of a few
 /// reads, four at once, each a join of two partitions from a cold pool: all finish with
 /// every row and leave every permit given back. A liveness check of turns, permits and the

@@ -23,8 +23,9 @@ enum Direct {
     AwaitPermit,
     /// No permit is free: it asks admission for one (see [`PermitFor`]).
     QueueForPermit,
-    /// It is fetched by a job.
-    Unavailable,
+    /// It is fetched by a job, under the permit given if one was granted for it (another
+    /// query's read of the page is under way: the job joins it without asking again).
+    Unavailable(Option<Permit>),
 }
 
 /// A permit asked of admission for a heap page to read into the inbox.
@@ -148,7 +149,7 @@ impl Join {
             }
             match self.inbox {
                 Some(_) => self.to_start.push_back(page_no),
-                None => self.push_fetch_job(page_no),
+                None => self.push_fetch_job(page_no, None),
             }
         }
     }
@@ -160,19 +161,20 @@ impl Join {
                 self.node.add_heap_permits_queued(1);
                 self.permit_waits.push(PermitFor { page_no, acquire })
             }
-            None => self.push_fetch_job(page_no),
+            None => self.push_fetch_job(page_no, None),
         }
     }
 
-    /// Fetches heap page `page_no` by a job: it waits for a permit in admission's queue,
-    /// then reads the page through the pool's `get` (joining another request's read).
-    fn push_fetch_job(&mut self, page_no: u64) {
+    /// Fetches heap page `page_no` by a job: under `permit`, or one it waits for in
+    /// admission's queue, it reads the page through the pool's `get` (joining another
+    /// request's read).
+    fn push_fetch_job(&mut self, page_no: u64, permit: Option<Permit>) {
         let fetch = self.fetch.clone();
         self.jobs.push(
             async move {
                 let rows = async {
                     let (inner, steps) = (&fetch.inner, &fetch.steps);
-                    let held = missing_heap_page(&inner.table, page_no, steps).await?;
+                    let held = missing_heap_page(&inner.table, page_no, steps, permit).await?;
                     // Probes take a few rows of the page (copied into the output).
                     inner.read_page(page_no, &held.page, fetch.in_place)
                 }
@@ -187,7 +189,7 @@ impl Join {
     /// it over, found in the pool meanwhile).
     fn try_direct(&mut self, page_no: u64) -> Direct {
         let Some(inbox) = &self.inbox else {
-            return Direct::Unavailable;
+            return Direct::Unavailable(None);
         };
         let Some(permit) = self.fetch.steps.try_permit() else {
             // At the query's own limit, only its reads give permits back: once this task
@@ -216,7 +218,7 @@ impl Join {
                 self.fetch.steps.note_read();
                 self.direct.insert(page_no, permit);
             }
-            Start::Unavailable => return Direct::Unavailable,
+            Start::Unavailable => return Direct::Unavailable(Some(permit)),
         }
         Direct::Started
     }
@@ -230,7 +232,7 @@ impl Join {
                 Direct::AwaitPermit => return,
                 Direct::Started => {}
                 Direct::QueueForPermit => self.queue_for_permit(page_no),
-                Direct::Unavailable => self.push_fetch_job(page_no),
+                Direct::Unavailable(permit) => self.push_fetch_job(page_no, permit),
             }
             self.to_start.pop_front();
         }
@@ -242,8 +244,8 @@ impl Join {
             Some(inbox) => inbox.start(page_no),
             None => unreachable!("permits are asked for only to read into the inbox"),
         };
-        if let Direct::Unavailable = self.started(page_no, permit, started) {
-            self.push_fetch_job(page_no);
+        if let Direct::Unavailable(permit) = self.started(page_no, permit, started) {
+            self.push_fetch_job(page_no, permit);
         }
     }
 
