@@ -120,10 +120,14 @@ impl StepCtx {
         self.query.share().others_queued()
     }
 
-    async fn permit(&self) -> Option<Permit> {
-        let permit = match self.admitted {
-            true => Some(self.query.permit(self.level).await),
-            false => None,
+    /// The permit for a read of the node's about to be issued: `granted` if the caller holds
+    /// one for it already, else one waited for in admission's queue (None for steps that
+    /// read without admission); the read is noted either way.
+    async fn permit(&self, granted: Option<Permit>) -> Option<Permit> {
+        let permit = match (granted, self.admitted) {
+            (Some(permit), _) => Some(permit),
+            (None, true) => Some(self.query.permit(self.level).await),
+            (None, false) => None,
         };
         self.query.note_read(&self.counters);
         permit
@@ -159,13 +163,7 @@ pub async fn missing_heap_page(
     ctx: &StepCtx,
     granted: Option<Permit>,
 ) -> Result<HeldPage> {
-    let permit = match granted {
-        Some(permit) => {
-            ctx.note_read();
-            Some(permit)
-        }
-        None => ctx.permit().await,
-    };
+    let permit = ctx.permit(granted).await;
     let page = table
         .heap_page(page_no, &ctx.counters)
         .await
@@ -188,7 +186,7 @@ pub async fn index_page(
     if let Some(node) = table.cached_index_page(part, index, page_no, &ctx.counters) {
         return Ok(node.to_page());
     }
-    let _permit = ctx.permit().await;
+    let _permit = ctx.permit(None).await;
     table
         .index_page(part, index, page_no, &ctx.counters)
         .await
