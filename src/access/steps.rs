@@ -248,6 +248,11 @@ impl Found for KeyRows {
     fn shift_from(&mut self, _: usize, _: &TableIo, _: usize) {}
 }
 
+/// A walk of [`lookup_leaves`], boxed: operators park it between leaves.
+pub type Leaves = futures::stream::BoxStream<'static, Result<Vec<u64>>>;
+/// A walk of [`lookup_keys`], boxed: operators park it between leaves.
+pub type KeyLeaves = futures::stream::BoxStream<'static, Result<KeyRows>>;
+
 /// The row ids (or heap page row ids, for a sparse index) of the keys in `range` of the
 /// `index`-th index of `table`, one leaf at a time: a long range is never gathered whole.
 /// Over several segments, each segment's tree is walked at the same time.

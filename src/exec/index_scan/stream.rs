@@ -23,13 +23,14 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter::batch_filter;
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, FuturesUnordered};
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    Columns, Slots, StepCtx, decode_rows, group_by_page, heap_page, lookup_keys, lookup_leaves,
+    Columns, KeyLeaves, Leaves, Slots, StepCtx, decode_rows, group_by_page, heap_page, lookup_keys,
+    lookup_leaves,
 };
 use crate::access::{TableIo, Turn};
 use crate::exec::reservation::ChunkedReservation;
@@ -67,9 +68,6 @@ pub struct ScanWork {
     pub batch_rows: usize,
     pub memory: MemoryReservation,
 }
-
-type Leaves = BoxStream<'static, Result<Vec<u64>>>;
-type KeyLeaves = BoxStream<'static, Result<KeyRows>>;
 
 /// A walk of one key range, parked between leaves.
 enum Walk {

@@ -33,7 +33,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::future::BoxFuture;
 use futures::future::poll_fn;
-use futures::stream::{BoxStream, FuturesUnordered};
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
@@ -44,8 +44,8 @@ use super::output::{Gather, OutputSpec, compact_views};
 use crate::access::heap_reads::{Ended, HeapInbox};
 use crate::access::index_only::IndexColumns;
 use crate::access::steps::{
-    CachedLookup, Descended, Slots, StepCtx, descend_ahead, lookup_cached, lookup_cached_keys,
-    lookup_keys, lookup_leaves,
+    CachedLookup, Descended, KeyLeaves, Leaves, Slots, StepCtx, descend_ahead, lookup_cached,
+    lookup_cached_keys, lookup_keys, lookup_leaves,
 };
 use crate::access::{InboxReader, Permit, Turn};
 use crate::exec::metrics::NodeMetrics;
@@ -85,9 +85,6 @@ pub struct JoinWork {
     pub limits: Limits,
     pub memory: MemoryReservation,
 }
-
-type Leaves = BoxStream<'static, Result<Vec<u64>>>;
-type KeyLeaves = BoxStream<'static, Result<KeyRows>>;
 
 /// A probe's walk, parked between leaves.
 enum Walk {
