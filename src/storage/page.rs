@@ -22,6 +22,7 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::ptr::NonNull;
 
+use super::checksum::Backend;
 use super::error::{Result, StorageError};
 
 /// On-disk format version written into every page and the manifest.
@@ -110,9 +111,15 @@ pub fn seal_page(page: &mut [u8], kind: PageKind, page_no: u64) {
 }
 
 fn page_crc(page: &[u8]) -> u32 {
-    let crc = crate::storage::checksum::crc32c(&page[..CRC_RANGE.start]);
-    let crc = crate::storage::checksum::crc32c_append(crc, &[0u8; 4]);
-    crate::storage::checksum::crc32c_append(crc, &page[CRC_RANGE.end..])
+    page_checksum(page, Backend::chosen())
+}
+
+/// The checksum of a whole page (its stored checksum's bytes taken as zeros), computed by
+/// `backend`: what reading a page costs in checksums (`ooode-tpch checksum` times it).
+pub fn page_checksum(page: &[u8], backend: Backend) -> u32 {
+    let crc = backend.crc32c(&page[..CRC_RANGE.start]);
+    let crc = backend.append(crc, &[0u8; 4]);
+    backend.append(crc, &page[CRC_RANGE.end..])
 }
 
 /// Verifies the header and checksum of `page`, read as page `page_no` of `file`, and that it is

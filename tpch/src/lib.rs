@@ -4,6 +4,7 @@
 
 pub mod alloc_count;
 pub mod ceiling;
+pub mod checksum;
 pub mod cluster;
 pub mod concurrency;
 pub mod datagen;

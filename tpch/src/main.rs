@@ -277,6 +277,15 @@ enum Command {
         #[arg(long)]
         set: Vec<String>,
     },
+    /// What checksumming a page costs with each CRC-32C implementation, side by side.
+    Checksum {
+        /// MiB of pages the copies and checksums go over (more than the CPU's caches).
+        #[arg(long, default_value_t = 1024)]
+        spread_mib: usize,
+        /// Rounds, alternating between the implementations; the best of each is kept.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Random page reads through each I/O engine at several queue depths, next to fio.
     Iobench {
         /// File to read (default: the lineitem heap of data/sf<SF>).
@@ -636,6 +645,10 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 );
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
             })?;
+        }
+        Command::Checksum { spread_mib, rounds } => {
+            let results = ooode_tpch::checksum::run(spread_mib, rounds);
+            print!("{}", ooode_tpch::checksum::format(&results, spread_mib));
         }
         Command::Iobench {
             file,
