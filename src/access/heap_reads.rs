@@ -117,7 +117,7 @@ impl HeapInbox {
 }
 
 impl ReadSink for HeapInbox {
-    fn complete(&self, page_no: u64, result: Result<PageBuf>) {
+    fn complete(&self, page_no: u64, result: Result<PageBuf>, ended: Instant) {
         let path = self.table.heap_file(page_no);
         // Started, so it has a place; in its segment's file it is page `at.page`.
         let at = self.table.heap_location(page_no);
@@ -146,7 +146,7 @@ impl ReadSink for HeapInbox {
             state.ended.push((page_no, result));
             started
         };
-        self.counters.finish_started(started, bytes);
+        self.counters.finish_started(started, bytes, ended);
         self.waker.wake();
     }
 }

@@ -95,9 +95,14 @@ impl Counters {
 
     /// Counts a read begun by [`Self::start_detached`] as done: `Some(bytes)` read, or
     /// failed.
-    pub(crate) fn finish_started(&self, started: Option<std::time::Instant>, bytes: Option<usize>) {
+    pub(crate) fn finish_started(
+        &self,
+        started: Option<std::time::Instant>,
+        bytes: Option<usize>,
+        ended: std::time::Instant,
+    ) {
         let metrics = [self.0.node.as_deref(), self.0.query.as_deref()];
-        ReadGuard::resume(metrics, started).finish(bytes);
+        ReadGuard::resume(metrics, started).finish_at(bytes, ended);
     }
 
     /// Counts a page found without a read.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use parking_lot::Mutex;
@@ -96,17 +96,17 @@ struct Faulted {
 }
 
 impl ReadSink for Faulted {
-    fn complete(&self, token: u64, result: Result<PageBuf>) {
+    fn complete(&self, token: u64, result: Result<PageBuf>, ended: Instant) {
         if let Fault::Delay(d) = self.fault {
             let sink = self.sink.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(d);
-                sink.complete(token, result);
+                sink.complete(token, result, Instant::now());
             });
             return;
         }
         let result = apply(&self.fault, &self.path, self.offset, self.len, result);
-        self.sink.complete(token, result);
+        self.sink.complete(token, result, ended);
     }
 }
 

@@ -191,6 +191,16 @@ impl<M: Borrow<IoMetrics>> ReadGuard<M> {
         self.started.take()
     }
 
+    /// Completes the read at `ended`, a clock read once for many completions (else as
+    /// [`Self::finish`]).
+    pub fn finish_at(mut self, bytes: Option<usize>, ended: Instant) {
+        if let Some(started) = self.started.take() {
+            let nanos = ended.saturating_duration_since(started).as_nanos() as u64;
+            (self.metrics.iter().flatten()).for_each(|m| m.borrow().note_end(nanos));
+        }
+        self.finish(bytes);
+    }
+
     /// Completes the read: `Some(bytes)` on success, None on failure.
     pub fn finish(self, bytes: Option<usize>) {
         for m in self.metrics.iter().flatten() {

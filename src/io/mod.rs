@@ -63,8 +63,9 @@ pub type ReadFuture = BoxFuture<'static, Result<PageBuf>>;
 /// the thread that takes its completion. An operator with many reads in flight gets them
 /// into a queue of its own this way: no future, task or wake-up per read.
 pub trait ReadSink: Send + Sync {
-    /// The read `token` ended with `result`.
-    fn complete(&self, token: u64, result: Result<PageBuf>);
+    /// The read `token` ended with `result`; its completion was taken at `ended` (one clock
+    /// read for all the completions taken together: the kernel had posted each before).
+    fn complete(&self, token: u64, result: Result<PageBuf>, ended: std::time::Instant);
 }
 
 /// Reads byte ranges (pages) of files.

@@ -57,14 +57,14 @@ impl Reply {
         }
     }
 
-    /// Hands over the read's outcome.
-    pub fn send(self, outcome: Result<PageBuf>) {
+    /// Hands over the read's outcome, taken at `ended`.
+    pub fn send(self, outcome: Result<PageBuf>, ended: std::time::Instant) {
         match self {
             // A closed receiver is a cancelled read: dropping the result recycles the buffer.
             Self::Future(tx) => drop(tx.send(outcome)),
             Self::Sink(mut reply) => {
                 if let Some(sink) = reply.sink.take() {
-                    sink.complete(reply.token, outcome);
+                    sink.complete(reply.token, outcome, ended);
                 }
             }
         }
@@ -95,6 +95,7 @@ impl Drop for SinkReply {
             sink.complete(
                 self.token,
                 Err(StorageError::io(std::path::PathBuf::new(), "read", stopped)),
+                std::time::Instant::now(),
             );
         }
     }

@@ -22,6 +22,7 @@ use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
 };
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use io_uring::{IoUring, opcode, squeue, types};
 use parking_lot::Mutex;
@@ -289,6 +290,8 @@ impl Ring {
             return 0;
         }
         let n = done.len();
+        // One clock read for the batch, after the kernel posted all of it (see `ReadSink`).
+        let ended = Instant::now();
         let counted = done.iter().filter(|(op, _)| op.counted).count();
         if counted > 0 {
             // Queued reads go to the device before the finished ones' readers run.
@@ -296,7 +299,7 @@ impl Ring {
         }
         self.free_slots(n);
         for (op, result) in done.drain(..) {
-            complete(*op, result, self);
+            complete(*op, result, self, ended);
         }
         n
     }
@@ -465,7 +468,7 @@ impl Submit for Ring {
     }
 }
 
-fn complete(op: ReadOp, result: i32, ring: &Ring) {
+fn complete(op: ReadOp, result: i32, ring: &Ring, ended: Instant) {
     let ReadOp {
         file,
         offset,
@@ -476,7 +479,7 @@ fn complete(op: ReadOp, result: i32, ring: &Ring) {
     } = op;
     let len = buf.len();
     let ok = result >= 0 && result as usize >= len;
-    guard.finish(ok.then_some(len));
+    guard.finish_at(ok.then_some(len), ended);
     let outcome = if result < 0 {
         ring.recycler.put(buf);
         Err(StorageError::io(
@@ -495,5 +498,5 @@ fn complete(op: ReadOp, result: i32, ring: &Ring) {
     } else {
         Ok(PageBuf::new(buf, Some(ring.recycler.clone())))
     };
-    reply.send(outcome);
+    reply.send(outcome, ended);
 }
