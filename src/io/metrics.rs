@@ -194,11 +194,16 @@ impl<M: Borrow<IoMetrics>> ReadGuard<M> {
     /// Completes the read at `ended`, a clock read once for many completions (else as
     /// [`Self::finish`]).
     pub fn finish_at(mut self, bytes: Option<usize>, ended: Instant) {
+        self.end_at(ended);
+        self.finish(bytes);
+    }
+
+    /// Ends the read's time in flight at `ended` (once: a guard ended is not timed again).
+    fn end_at(&mut self, ended: Instant) {
         if let Some(started) = self.started.take() {
             let nanos = ended.saturating_duration_since(started).as_nanos() as u64;
             (self.metrics.iter().flatten()).for_each(|m| m.borrow().note_end(nanos));
         }
-        self.finish(bytes);
     }
 
     /// Completes the read: `Some(bytes)` on success, None on failure.
@@ -215,14 +220,10 @@ impl<M: Borrow<IoMetrics>> ReadGuard<M> {
 
 impl<M: Borrow<IoMetrics>> Drop for ReadGuard<M> {
     fn drop(&mut self) {
-        let Some(started) = self.started else {
-            return;
-        };
-        let nanos = started.elapsed().as_nanos() as u64;
-        self.metrics
-            .iter()
-            .flatten()
-            .for_each(|m| m.borrow().note_end(nanos));
+        // None when nothing counts the read: no clock read then.
+        if self.started.is_some() {
+            self.end_at(Instant::now());
+        }
     }
 }
 

@@ -53,7 +53,7 @@ pub fn run(spread_mib: usize, rounds: usize) -> Vec<(Backend, f64, f64)> {
     results
 }
 
-/// The measurement as a table; the copy alone (no checksum) is timed beside it.
+/// The measurement as a table, the implementation this CPU uses marked.
 pub fn format(results: &[(Backend, f64, f64)], spread_mib: usize) -> String {
     let chosen = Backend::chosen();
     let mut out = format!(
