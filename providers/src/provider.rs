@@ -268,7 +268,7 @@ impl OoodeTable {
     pub async fn columnar_store_url(
         &self,
         state: &dyn Session,
-        segment: &Table,
+        segment: &Arc<Table>,
     ) -> Result<Option<ObjectStoreUrl>> {
         let Some(file) = segment.manifest().columnar.as_ref() else {
             return Ok(None);
@@ -302,7 +302,7 @@ impl OoodeTable {
     async fn parquet_scan(
         &self,
         state: &dyn Session,
-        table: &Table,
+        table: &Arc<Table>,
         file: &Path,
         projection: &[usize],
         limit: Option<usize>,
@@ -329,11 +329,13 @@ impl OoodeTable {
     }
 
     /// The columnar copy's object metadata, checksums and statistics, read once per version
-    /// of the file.
+    /// of the file. For the segment opened when they were read, no more is asked of the file
+    /// system: a segment replaced on disk is opened again (the runtime forgets the one it
+    /// had), and its file is then checked by size and modification time.
     async fn columnar_file(
         &self,
         state: &dyn Session,
-        table: &Table,
+        table: &Arc<Table>,
         file: &Path,
     ) -> Result<Arc<ColumnarFile>> {
         if let Location::Remote(remote) = &self.location {
@@ -348,12 +350,15 @@ impl OoodeTable {
                 file.display()
             ))
         };
-        let fs_meta = std::fs::metadata(file).map_err(io_err)?;
-        let stamp = (fs_meta.len(), fs_meta.modified().map_err(io_err)?);
         if let Some(known) = self.columnar.lock().get(file)
-            && known.stamp == stamp
+            && known.read_for(table)
         {
             return Ok(known.clone());
+        }
+        let fs_meta = std::fs::metadata(file).map_err(io_err)?;
+        let stamp = (fs_meta.len(), fs_meta.modified().map_err(io_err)?);
+        if let Some(known) = self.same_file_again(table, file, stamp) {
+            return Ok(known);
         }
         let absolute = std::path::absolute(file).map_err(io_err)?;
         let location = object_store::path::Path::from_absolute_path(&absolute)
@@ -363,8 +368,25 @@ impl OoodeTable {
             .object_store(ObjectStoreUrl::local_filesystem())?;
         let meta = object_store::ObjectStoreExt::head(&store, &location).await?;
         let sums = table.columnar_sums().cloned();
-        self.keep_columnar(state, store, sums, file, stamp, meta)
+        self.keep_columnar(state, store, sums, (table, file), stamp, meta)
             .await
+    }
+
+    /// The copy read before, if `file` is still what it was (`stamp`) for `segment`, opened
+    /// again (or in another runtime): its statistics still hold.
+    fn same_file_again(
+        &self,
+        segment: &Arc<Table>,
+        file: &Path,
+        stamp: (u64, std::time::SystemTime),
+    ) -> Option<Arc<ColumnarFile>> {
+        let mut columnar = self.columnar.lock();
+        let known = columnar.get_mut(file).filter(|k| k.stamp == stamp)?;
+        *known = Arc::new(ColumnarFile {
+            segment: Arc::downgrade(segment),
+            ..known.as_ref().clone()
+        });
+        Some(known.clone())
     }
 
     /// The columnar copy of a table in object storage: its size is known from opening the
@@ -374,7 +396,7 @@ impl OoodeTable {
         &self,
         state: &dyn Session,
         remote: &RemoteTable,
-        segment: &Table,
+        segment: &Arc<Table>,
         file: &Path,
     ) -> Result<Arc<ColumnarFile>> {
         if let Some(known) = self.columnar.lock().get(file) {
@@ -389,8 +411,15 @@ impl OoodeTable {
         };
         let sums = remote.columnar_sums(segment).await.map_err(to_df)?;
         let stamp = (meta.size, std::time::SystemTime::UNIX_EPOCH);
-        self.keep_columnar(state, remote.store().clone(), sums, file, stamp, meta)
-            .await
+        self.keep_columnar(
+            state,
+            remote.store().clone(),
+            sums,
+            (segment, file),
+            stamp,
+            meta,
+        )
+        .await
     }
 
     async fn keep_columnar(
@@ -398,7 +427,7 @@ impl OoodeTable {
         state: &dyn Session,
         store: Arc<dyn object_store::ObjectStore>,
         sums: Option<Arc<BlockSums>>,
-        file: &Path,
+        (segment, file): (&Arc<Table>, &Path),
         stamp: (u64, std::time::SystemTime),
         meta: object_store::ObjectMeta,
     ) -> Result<Arc<ColumnarFile>> {
@@ -425,6 +454,7 @@ impl OoodeTable {
             (None, Location::Remote(r)) => ObjectStoreUrl::parse(r.get().store_url())?,
         };
         let known = Arc::new(ColumnarFile {
+            segment: Arc::downgrade(segment),
             stamp,
             meta,
             statistics: Arc::new(statistics),
@@ -563,8 +593,11 @@ fn local_snapshot(
 }
 
 /// What a scan of a table's Parquet copy needs to know about the file.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ColumnarFile {
+    /// The opened segment it was read (or last checked) for; weak, so that a segment the
+    /// runtime forgot is not kept open here (and its address is not taken by another).
+    segment: std::sync::Weak<Table>,
     /// Size and modification time when it was read: a file replaced since is read again.
     stamp: (u64, std::time::SystemTime),
     meta: object_store::ObjectMeta,
@@ -576,6 +609,11 @@ struct ColumnarFile {
 }
 
 impl ColumnarFile {
+    /// Whether it was read or checked for `segment`, opened as it is now.
+    fn read_for(&self, segment: &Arc<Table>) -> bool {
+        std::ptr::eq(self.segment.as_ptr(), Arc::as_ptr(segment))
+    }
+
     /// The store URL to scan, with its checking store registered in the session's runtime
     /// (a session other than the one that read the file may scan it).
     fn register(&self, state: &dyn Session) -> ObjectStoreUrl {

@@ -146,6 +146,10 @@ async fn copy_create_query_and_errors() {
     )
     .await
     .unwrap();
+    // The table registered before reads the new one: its Parquet copy's statistics (which
+    // answer COUNT(*) alone) and its rows are read again, not the replaced table's.
+    let n = sql(&ctx, "SELECT count(*), sum(id) FROM t").await.unwrap();
+    assert!(n.contains("| 10 ") && n.contains("| 55 "), "{n}");
     sql(&ctx, "DROP TABLE t").await.unwrap();
     sql(
         &ctx,

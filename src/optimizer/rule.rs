@@ -23,7 +23,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
@@ -462,11 +462,21 @@ fn query_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
 /// so that its reads are admitted first (finished work leaves memory before new work starts).
 fn assign_levels(plan: &Arc<dyn ExecutionPlan>, above: usize) -> Result<Arc<dyn ExecutionPlan>> {
     let level = LEVELS - 1 - above.min(LEVELS - 1);
+    // A node already at its level is kept as it is; a level changes no node's properties, so
+    // the nodes above keep theirs (`replace_children_if_necessary` sees the same ones).
     let (node, below): (Arc<dyn ExecutionPlan>, usize) =
         if let Some(join) = plan.downcast_ref::<IndexJoinExec>() {
-            (Arc::new(join.with_level(level)), above + 1)
+            let node = match join.level() == level {
+                true => plan.clone(),
+                false => Arc::new(join.with_level(level)),
+            };
+            (node, above + 1)
         } else if let Some(scan) = plan.downcast_ref::<IndexScanExec>() {
-            (Arc::new(scan.with_level(level)), above + 1)
+            let node = match scan.level() == level {
+                true => plan.clone(),
+                false => Arc::new(scan.with_level(level)),
+            };
+            (node, above + 1)
         } else {
             (plan.clone(), above)
         };
@@ -478,13 +488,7 @@ fn assign_levels(plan: &Arc<dyn ExecutionPlan>, above: usize) -> Result<Arc<dyn 
         .iter()
         .map(|c| assign_levels(c, below))
         .collect::<Result<_>>()?;
-    if new.iter().zip(&children).all(|(a, b)| Arc::ptr_eq(a, b)) {
-        return Ok(node);
-    }
-    node.replace_children(
-        new,
-        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-    )
+    replace_children_if_necessary(node, new)
 }
 
 fn has_index_nodes(plan: &Arc<dyn ExecutionPlan>) -> bool {

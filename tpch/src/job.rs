@@ -17,6 +17,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// take minutes at the larger points.
 const REMOTE_LIMIT: Duration = Duration::from_secs(10);
 
+/// Plans made of each many-clients query on each engine (a few seconds in all).
+const PLANS_PER_QUERY: usize = 300;
+
 /// Runs the main job on `data`, writing the report files into `out`.
 pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, BoxError> {
     let sf = data.sf;
@@ -97,6 +100,9 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         fresh.processes,
         crate::fresh::format_report(&fresh)
     );
+    eprintln!("== Planning the many-clients queries, hot");
+    let plans = runtime.block_on(crate::plans::run(data, PLANS_PER_QUERY))?;
+    println!("\n{}", crate::plans::format(&plans, PLANS_PER_QUERY));
     eprintln!("== Many clients at once");
     let clients = [1, 4, 16, 64];
     let concurrency = runtime.block_on(crate::concurrency::run(
@@ -146,6 +152,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         paper,
         ceiling,
         fresh,
+        plans,
         concurrency,
         iobench,
         remote,

@@ -15,6 +15,7 @@ pub mod inserts;
 pub mod iobench;
 pub mod job;
 pub mod paper;
+pub mod plans;
 pub mod remote;
 pub mod report;
 pub mod runner;

@@ -277,6 +277,16 @@ enum Command {
         #[arg(long)]
         set: Vec<String>,
     },
+    /// What planning the many-clients benchmark's queries costs, by phase, hot: ooode
+    /// (`auto`) next to stock DataFusion on Parquet, alternating.
+    Plans {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Plans per query and engine.
+        #[arg(long, default_value_t = 300)]
+        count: usize,
+    },
     /// What checksumming a page costs with each CRC-32C implementation, side by side.
     Checksum {
         /// MiB of pages the copies and checksums go over (more than the CPU's caches).
@@ -645,6 +655,15 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 );
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
             })?;
+        }
+        Command::Plans { sf, count } => {
+            let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
+            ensure_dataset(&data, false)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let results = runtime.block_on(ooode_tpch::plans::run(&data, count))?;
+            print!("{}", ooode_tpch::plans::format(&results, count));
         }
         Command::Checksum { spread_mib, rounds } => {
             let results = ooode_tpch::checksum::run(spread_mib, rounds);

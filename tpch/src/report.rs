@@ -83,6 +83,8 @@ pub struct RunReport {
     pub ceiling: crate::ceiling::CeilingReport,
     /// First queries of fresh processes.
     pub fresh: crate::fresh::FreshReport,
+    /// Planning the many-clients queries, hot, by phase: ooode next to stock DataFusion.
+    pub plans: Vec<crate::plans::PlanRow>,
     /// Many clients at once.
     pub concurrency: crate::concurrency::ConcurrencyReport,
     /// Random page reads through the engines next to fio (depth 1 and 64).

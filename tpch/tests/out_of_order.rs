@@ -11,7 +11,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use indicatif::ProgressBar;
 use ooode::access::QueryIo;
-use ooode::exec::IndexJoinExec;
+use ooode::access::admission::LEVELS;
+use ooode::exec::{IndexJoinExec, IndexScanExec};
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
 use ooode_tpch::tables::table;
 
@@ -36,30 +37,44 @@ async fn physical_plan(ctx: &SessionContext, q: &str) -> Arc<dyn ExecutionPlan> 
         .unwrap()
 }
 
-fn find_joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<QueryIo>>, levels: &mut usize) {
+/// The index joins' queries, and the admission level of each index node (joins and scans),
+/// from the output down.
+fn find_joins(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<QueryIo>>, levels: &mut Vec<usize>) {
     if let Some(j) = plan.downcast_ref::<IndexJoinExec>() {
         out.push(j.query().clone());
-        *levels += 1;
+        levels.push(j.level());
+    }
+    if let Some(s) = plan.downcast_ref::<IndexScanExec>() {
+        levels.push(s.level());
     }
     for c in plan.children() {
         find_joins(c, out, levels);
     }
 }
 
-/// Runs the Fig. 4 query from a cold buffer pool; returns (result, query counters, join levels).
+/// Runs the Fig. 4 query from a cold buffer pool; returns (result, query counters, index
+/// joins).
 async fn run_cold(ctx: &SessionContext, n: u64) -> (String, Arc<QueryIo>, usize) {
     ooode_providers::ooode_runtime(ctx).pool().clear();
     let plan = physical_plan(ctx, &fig4(n)).await;
-    let (mut queries, mut levels) = (Vec::new(), 0);
+    let (mut queries, mut levels) = (Vec::new(), Vec::new());
     find_joins(&plan, &mut queries, &mut levels);
+    // Reads of the nodes nearer the output are admitted first: each index node one level
+    // below the one above it, the outermost at the top level.
+    let expected: Vec<usize> = (0..levels.len()).map(|i| LEVELS - 1 - i).collect();
+    assert_eq!(
+        levels, expected,
+        "index nodes' levels, from the output down"
+    );
     let batches = collect(plan, ctx.task_ctx()).await.unwrap();
     let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
         .unwrap()
         .to_string();
+    let joins = queries.len();
     (
         text,
         queries.first().expect("index joins planned").clone(),
-        levels,
+        joins,
     )
 }
 

@@ -436,11 +436,23 @@ impl ExecutionPlan for IndexJoinExec {
     fn replace_children(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
-        _: ReplaceChildrenOptions,
+        options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let [outer] = <[_; 1]>::try_from(children).map_err(|_| {
             datafusion::common::DataFusionError::Internal("IndexJoinExec has one child".into())
         })?;
+        // An outer side with the same properties (schema, partitioning, orderings) changes
+        // none of the join's: its own are kept, as DataFusion's nodes keep theirs, so that the
+        // nodes above are not recomputed either (planning a point lookup rebuilds this node
+        // once per rule that rewrites below it).
+        if options.children_properties == ChildrenPropertiesMode::Keep {
+            return Ok(Arc::new(Self {
+                outer,
+                metrics: ExecutionPlanMetricsSet::new(),
+                node_metrics: Default::default(),
+                ..self.as_ref().clone()
+            }));
+        }
         let mut join = IndexJoinExec::builder(
             outer,
             self.outer_keys.clone(),

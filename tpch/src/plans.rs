@@ -1,0 +1,140 @@
+//! `ooode-tpch plans`: what planning one of the many-clients benchmark's queries costs, by
+//! phase, on ooode (`auto`) and on stock DataFusion over Parquet. At many clients ooode's
+//! queries are bound by planning CPU (a point lookup reads a few pages, but its three-table
+//! plan takes milliseconds), so this is where throughput there is decided.
+//!
+//! Plans are made hot (the tables' pages and the columnar copies' footers already read), one
+//! at a time, alternating between the engines so that the machine's drift hits both alike.
+
+use std::time::{Duration, Instant};
+
+use datafusion::prelude::SessionContext;
+
+use crate::concurrency::range_sql;
+use crate::datagen::DataSet;
+use crate::runner::{contexts, median, query_rows};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Median milliseconds of each planning phase of one query on one engine.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct PlanPhases {
+    /// Parsing and SQL to a logical plan (analyzer included).
+    pub sql_ms: f64,
+    /// DataFusion's logical optimizer.
+    pub logical_ms: f64,
+    /// The physical plan: DataFusion's planner, the tables' scans (ooode's plan-time reads
+    /// among them) and the physical optimizer's rules (ooode's among them).
+    pub physical_ms: f64,
+    /// The whole plan, measured around all three.
+    pub total_ms: f64,
+}
+
+/// One phase's times, then their medians.
+#[derive(Default)]
+struct Samples {
+    sql: Vec<f64>,
+    logical: Vec<f64>,
+    physical: Vec<f64>,
+    total: Vec<f64>,
+}
+
+impl Samples {
+    async fn plan_once(&mut self, ctx: &SessionContext, sql: &str) -> Result<(), BoxError> {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let start = Instant::now();
+        let state = ctx.state();
+        let logical = state.create_logical_plan(sql).await?;
+        let parsed = Instant::now();
+        let optimized = state.optimize(&logical)?;
+        let logical_done = Instant::now();
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&optimized, &state)
+            .await?;
+        let end = Instant::now();
+        std::hint::black_box(physical);
+        self.sql.push(ms(parsed - start));
+        self.logical.push(ms(logical_done - parsed));
+        self.physical.push(ms(end - logical_done));
+        self.total.push(ms(end - start));
+        Ok(())
+    }
+
+    fn medians(self) -> PlanPhases {
+        PlanPhases {
+            sql_ms: median(self.sql),
+            logical_ms: median(self.logical),
+            physical_ms: median(self.physical),
+            total_ms: median(self.total),
+        }
+    }
+}
+
+/// The queries planned: a point lookup and the widest range of the many-clients mix.
+pub fn queries(customers: u64) -> Vec<(String, String)> {
+    let widest = (customers / 1000).max(1);
+    vec![
+        ("point (N = 1)".to_string(), range_sql(customers / 2, 1)),
+        (
+            format!("range (N = {widest})"),
+            range_sql(customers / 3, widest),
+        ),
+    ]
+}
+
+/// One query's planning on both engines.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PlanRow {
+    /// Which query, e.g. "point (N = 1)".
+    pub query: String,
+    /// ooode, `auto`, out of order.
+    pub ooode: PlanPhases,
+    /// Stock DataFusion on Parquet.
+    pub stock: PlanPhases,
+}
+
+/// Plans each query `count` times on each engine.
+pub async fn run(data: &DataSet, count: usize) -> Result<Vec<PlanRow>, BoxError> {
+    let (stock, ooode) = contexts(data).await?;
+    let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
+    let mut out = Vec::new();
+    for (name, sql) in queries(customers) {
+        // Run once on each: the pages the plan reads (range counts) and the footers are
+        // then in memory, as in a service that has run a while.
+        query_rows(&ooode, &sql).await?;
+        query_rows(&stock, &sql).await?;
+        let (mut on_ooode, mut on_stock) = (Samples::default(), Samples::default());
+        for _ in 0..count {
+            on_ooode.plan_once(&ooode, &sql).await?;
+            on_stock.plan_once(&stock, &sql).await?;
+        }
+        out.push(PlanRow {
+            query: name,
+            ooode: on_ooode.medians(),
+            stock: on_stock.medians(),
+        });
+    }
+    Ok(out)
+}
+
+/// The measurement as a table.
+pub fn format(results: &[PlanRow], count: usize) -> String {
+    let mut out = format!(
+        "Planning, hot, median of {count} plans per engine (alternating), ms:\n{:<16} {:<19} \
+         {:>8} {:>8} {:>9} {:>8}\n",
+        "query", "engine", "SQL", "logical", "physical", "total"
+    );
+    for row in results {
+        for (engine, p) in [
+            ("ooode (auto)", &row.ooode),
+            ("datafusion parquet", &row.stock),
+        ] {
+            out.push_str(&format!(
+                "{:<16} {engine:<19} {:>8.3} {:>8.3} {:>9.3} {:>8.3}\n",
+                row.query, p.sql_ms, p.logical_ms, p.physical_ms, p.total_ms
+            ));
+        }
+    }
+    out
+}
