@@ -481,6 +481,8 @@ impl<T> CachedLookup<T> {
 /// when every node the walk visits is pinned or in the pool and there are at most `max`;
 /// else why not (the caller then walks asynchronously). A point query's upper B+tree levels
 /// are pinned, so most probes of a join end here: no stream, no task wake-up per probe.
+/// The row ids are gathered into `ids` (emptied first): a caller that copies them out can
+/// hand the same vector to its next lookup.
 pub fn lookup_cached(
     table: &TableIo,
     index: usize,
@@ -488,17 +490,12 @@ pub fn lookup_cached(
     counters: &Counters,
     max: usize,
     ahead: Option<Descended>,
+    mut ids: Vec<u64>,
 ) -> Result<CachedLookup<Vec<u64>>> {
+    ids.clear();
     // Room for a key's usual few rows: growing from nothing took two allocations a probe.
-    lookup_cached_into(
-        table,
-        index,
-        range,
-        counters,
-        max,
-        Vec::with_capacity(8),
-        ahead,
-    )
+    ids.reserve(8);
+    lookup_cached_into(table, index, range, counters, max, ids, ahead)
 }
 
 /// The keys [`lookup_keys`] would find, decoded at once when [`lookup_cached`] would find
