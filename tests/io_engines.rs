@@ -691,10 +691,10 @@ async fn lookups_descended_ahead_find_what_lookups_from_the_root_find() {
                 Arc::new(IoMetrics::default()),
                 Arc::new(IoMetrics::default()),
             );
-            let from_root =
-                lookup_cached(&io, index, &range, &Counters::one(plain.clone()), max, None)
-                    .unwrap()
-                    .found();
+            let plain_counters = Counters::one(plain.clone());
+            let from_root = lookup_cached(&io, index, &range, &plain_counters, max, None, vec![])
+                .unwrap()
+                .found();
             let descended = descend_ahead(&io, index, &range);
             assert!(descended.is_some(), "the nodes parse");
             let went_on = lookup_cached(
@@ -704,6 +704,8 @@ async fn lookups_descended_ahead_find_what_lookups_from_the_root_find() {
                 &Counters::one(ahead.clone()),
                 max,
                 descended,
+                // A vector reused from an earlier probe: its old ids are not among the new.
+                vec![u64::MAX; 3],
             )
             .unwrap()
             .found();
