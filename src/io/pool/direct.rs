@@ -15,6 +15,7 @@
 //! is never abandoned: the engine ends every read it accepted, so its entry always ends, even
 //! when the operator that asked for it is gone (a cancelled query's page is cached).
 
+use std::collections::hash_map::{Entry as MapEntry, VacantEntry};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -38,13 +39,16 @@ impl BufferPool {
     pub fn claim(&self, key: PageKey, len: usize, hint: PageHint) -> Claim {
         let shard = self.shard(&key);
         {
-            let mut s = shard.lock();
-            if let Some(found) = Self::peek(&mut s, &key, hint) {
-                return found;
-            }
-            if self.reserve_without_evicting(len) {
-                Self::insert_direct(&mut s, key, len, hint);
-                return Claim::Claimed;
+            let mut guard = shard.lock();
+            // One search of the map for the page: what it finds, or where it goes.
+            let s = &mut *guard;
+            match s.map.entry(key) {
+                MapEntry::Occupied(mut e) => return Self::found(e.get_mut(), &mut s.stats, hint),
+                MapEntry::Vacant(v) if self.reserve_without_evicting(len) => {
+                    Self::insert_direct(v, (&mut s.ring, &mut s.free_pos), &mut s.stats, len, hint);
+                    return Claim::Claimed;
+                }
+                MapEntry::Vacant(_) => {}
             }
         }
         // Room first (eviction visits other shards, one lock at a time), then the entry,
@@ -52,14 +56,20 @@ impl BufferPool {
         if !self.reserve(len) {
             return Claim::Busy;
         }
-        let mut s = shard.lock();
-        if let Some(found) = Self::peek(&mut s, &key, hint) {
-            drop(s);
-            self.release(len);
-            return found;
+        let mut guard = shard.lock();
+        let s = &mut *guard;
+        match s.map.entry(key) {
+            MapEntry::Occupied(mut e) => {
+                let found = Self::found(e.get_mut(), &mut s.stats, hint);
+                drop(guard);
+                self.release(len);
+                found
+            }
+            MapEntry::Vacant(v) => {
+                Self::insert_direct(v, (&mut s.ring, &mut s.free_pos), &mut s.stats, len, hint);
+                Claim::Claimed
+            }
         }
-        Self::insert_direct(&mut s, key, len, hint);
-        Claim::Claimed
     }
 
     /// Ends a claimed read: `Some(page)` caches it, None forgets the entry (a failed read).
@@ -85,34 +95,38 @@ impl BufferPool {
         joiners.into_iter().for_each(std::task::Waker::wake);
     }
 
-    /// A cached page (a hit), Busy for a page being read, None when absent; joins nothing.
-    fn peek(s: &mut super::Shard, key: &PageKey, hint: PageHint) -> Option<Claim> {
-        let e = s.map.get_mut(key)?;
+    /// What a claim of page with entry `e` gets: the cached page (a hit), or Busy for a page
+    /// being read; joins nothing.
+    fn found(e: &mut Entry, stats: &mut super::ShardStats, hint: PageHint) -> Claim {
         let State::Ready(page) = &e.state else {
-            return Some(Claim::Busy);
+            return Claim::Busy;
         };
         let page = page.clone();
         e.renew(hint);
-        s.stats.hits += 1;
-        Some(Claim::Hit(page))
+        stats.hits += 1;
+        Claim::Hit(page)
     }
 
-    fn insert_direct(s: &mut super::Shard, key: PageKey, len: usize, hint: PageHint) {
-        s.stats.misses += 1;
-        let ring_pos = s.insert_ring(key);
-        let state = State::Direct {
-            joiners: Vec::new(),
-        };
-        let chances = hint.chances();
-        s.map.insert(
-            key,
-            Entry {
-                state,
-                len,
-                chances,
-                ring_pos,
+    /// Puts the entry of a page the caller reads (its `len` bytes reserved) at `slot`, a
+    /// place in its shard's map, and the page in the shard's clock ring (`ring`, its free
+    /// places).
+    fn insert_direct(
+        slot: VacantEntry<'_, PageKey, Entry>,
+        (ring, free_pos): (&mut Vec<Option<PageKey>>, &mut Vec<usize>),
+        stats: &mut super::ShardStats,
+        len: usize,
+        hint: PageHint,
+    ) {
+        stats.misses += 1;
+        let ring_pos = super::ring_slot(ring, free_pos, *slot.key());
+        slot.insert(Entry {
+            state: State::Direct {
+                joiners: Vec::new(),
             },
-        );
+            len,
+            chances: hint.chances(),
+            ring_pos,
+        });
     }
 }
 

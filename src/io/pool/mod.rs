@@ -206,18 +206,24 @@ impl std::fmt::Debug for BufferPool {
     }
 }
 
+/// A place for `key` in a shard's clock ring (`ring`, its free places `free_pos`): apart
+/// from [`Shard`] so that it can be taken while an entry of the shard's map is held.
+fn ring_slot(ring: &mut Vec<Option<PageKey>>, free_pos: &mut Vec<usize>, key: PageKey) -> usize {
+    match free_pos.pop() {
+        Some(p) => {
+            ring[p] = Some(key);
+            p
+        }
+        None => {
+            ring.push(Some(key));
+            ring.len() - 1
+        }
+    }
+}
+
 impl Shard {
     fn insert_ring(&mut self, key: PageKey) -> usize {
-        match self.free_pos.pop() {
-            Some(p) => {
-                self.ring[p] = Some(key);
-                p
-            }
-            None => {
-                self.ring.push(Some(key));
-                self.ring.len() - 1
-            }
-        }
+        ring_slot(&mut self.ring, &mut self.free_pos, key)
     }
 
     /// Removes `key`; returns the bytes it held.
