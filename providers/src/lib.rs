@@ -32,6 +32,7 @@ pub mod checked_store;
 pub mod compact;
 pub mod factory;
 pub mod insert;
+pub mod prepared;
 pub mod provider;
 pub mod register;
 pub mod remote;
@@ -40,6 +41,7 @@ pub mod writer;
 
 pub use compact::{CompactFunction, CompactReport, compact_table};
 pub use factory::OoodeTableFactory;
+pub use prepared::PreparedQuery;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, ooode_runtime, with_ooode};
 pub use writer::{Destination, OoodeCopyOptions, OoodeCopySink, OoodeFormatFactory};

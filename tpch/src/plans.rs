@@ -5,12 +5,17 @@
 //!
 //! Plans are made hot (the tables' pages and the columnar copies' footers already read), one
 //! at a time, alternating between the engines so that the machine's drift hits both alike.
+//! Beside the three phases of planning SQL text, the same query prepared once
+//! ([`ooode_providers::PreparedQuery`]) is bound and planned physically, as a service's
+//! prepared statement is at each execution.
 
 use std::time::{Duration, Instant};
 
+use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
+use ooode_providers::PreparedQuery;
 
-use crate::concurrency::range_sql;
+use crate::concurrency::{fig4_sql, range_sql};
 use crate::datagen::DataSet;
 use crate::runner::{contexts, median, query_rows};
 
@@ -28,6 +33,9 @@ pub struct PlanPhases {
     pub physical_ms: f64,
     /// The whole plan, measured around all three.
     pub total_ms: f64,
+    /// The query prepared once: binding its values and the physical plan.
+    #[serde(default)]
+    pub prepared_ms: f64,
 }
 
 /// One phase's times, then their medians.
@@ -37,6 +45,7 @@ struct Samples {
     logical: Vec<f64>,
     physical: Vec<f64>,
     total: Vec<f64>,
+    prepared: Vec<f64>,
 }
 
 impl Samples {
@@ -61,25 +70,33 @@ impl Samples {
         Ok(())
     }
 
+    async fn bind_once(&mut self, query: &PreparedQuery, lo: u64, hi: u64) -> Result<(), BoxError> {
+        let start = Instant::now();
+        let values = vec![ScalarValue::from(lo as i64), ScalarValue::from(hi as i64)];
+        std::hint::black_box(query.plan(values).await?);
+        self.prepared.push(start.elapsed().as_secs_f64() * 1e3);
+        Ok(())
+    }
+
     fn medians(self) -> PlanPhases {
         PlanPhases {
             sql_ms: median(self.sql),
             logical_ms: median(self.logical),
             physical_ms: median(self.physical),
             total_ms: median(self.total),
+            prepared_ms: median(self.prepared),
         }
     }
 }
 
-/// The queries planned: a point lookup and the widest range of the many-clients mix.
-pub fn queries(customers: u64) -> Vec<(String, String)> {
+/// The queries planned: a point lookup and the widest range of the many-clients mix, each
+/// with its first and last customer.
+pub fn queries(customers: u64) -> Vec<(String, u64, u64)> {
     let widest = (customers / 1000).max(1);
+    let (point, range) = (customers / 2, customers / 3);
     vec![
-        ("point (N = 1)".to_string(), range_sql(customers / 2, 1)),
-        (
-            format!("range (N = {widest})"),
-            range_sql(customers / 3, widest),
-        ),
+        ("point (N = 1)".to_string(), point, point),
+        (format!("range (N = {widest})"), range, range + widest - 1),
     ]
 }
 
@@ -99,7 +116,13 @@ pub async fn run(data: &DataSet, count: usize) -> Result<Vec<PlanRow>, BoxError>
     let (stock, ooode) = contexts(data).await?;
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let mut out = Vec::new();
-    for (name, sql) in queries(customers) {
+    let prepared = fig4_sql("$1", "$2");
+    let (prepared_ooode, prepared_stock) = (
+        PreparedQuery::new(&ooode, &prepared).await?,
+        PreparedQuery::new(&stock, &prepared).await?,
+    );
+    for (name, lo, hi) in queries(customers) {
+        let sql = range_sql(lo, hi - lo + 1);
         // Run once on each: the pages the plan reads (range counts) and the footers are
         // then in memory, as in a service that has run a while.
         query_rows(&ooode, &sql).await?;
@@ -108,6 +131,8 @@ pub async fn run(data: &DataSet, count: usize) -> Result<Vec<PlanRow>, BoxError>
         for _ in 0..count {
             on_ooode.plan_once(&ooode, &sql).await?;
             on_stock.plan_once(&stock, &sql).await?;
+            on_ooode.bind_once(&prepared_ooode, lo, hi).await?;
+            on_stock.bind_once(&prepared_stock, lo, hi).await?;
         }
         out.push(PlanRow {
             query: name,
@@ -122,8 +147,8 @@ pub async fn run(data: &DataSet, count: usize) -> Result<Vec<PlanRow>, BoxError>
 pub fn format(results: &[PlanRow], count: usize) -> String {
     let mut out = format!(
         "Planning, hot, median of {count} plans per engine (alternating), ms:\n{:<16} {:<19} \
-         {:>8} {:>8} {:>9} {:>8}\n",
-        "query", "engine", "SQL", "logical", "physical", "total"
+         {:>8} {:>8} {:>9} {:>8} {:>9}\n",
+        "query", "engine", "SQL", "logical", "physical", "total", "prepared"
     );
     for row in results {
         for (engine, p) in [
@@ -131,10 +156,14 @@ pub fn format(results: &[PlanRow], count: usize) -> String {
             ("datafusion parquet", &row.stock),
         ] {
             out.push_str(&format!(
-                "{:<16} {engine:<19} {:>8.3} {:>8.3} {:>9.3} {:>8.3}\n",
-                row.query, p.sql_ms, p.logical_ms, p.physical_ms, p.total_ms
+                "{:<16} {engine:<19} {:>8.3} {:>8.3} {:>9.3} {:>8.3} {:>9.3}\n",
+                row.query, p.sql_ms, p.logical_ms, p.physical_ms, p.total_ms, p.prepared_ms
             ));
         }
     }
+    out.push_str(
+        "prepared: the same query prepared once (PreparedQuery), each time its values bound \
+         and its physical plan made\n",
+    );
     out
 }

@@ -310,6 +310,20 @@ fn concurrency_plots(
             }),
         ]
     }));
+    // The prepared runs (at the largest client count only) as points beside the lines.
+    let mut throughput = series(&|p| p.qps);
+    throughput.extend(engines.iter().map(|e| {
+        Series {
+            name: format!("{e}, prepared"),
+            points: r
+                .points
+                .iter()
+                .filter(|p| p.engine == *e && p.workload == crate::concurrency::PREPARED)
+                .map(|p| (p.clients as f64, p.qps))
+                .collect(),
+        }
+    }));
+    throughput.retain(|s| !s.points.is_empty());
     vec![
         (
             "concurrency_queries_per_second.svg",
@@ -320,7 +334,7 @@ fn concurrency_plots(
                     label: "queries per second",
                     log: true,
                 },
-                &series(&|p| p.qps),
+                &throughput,
             ),
         ),
         (

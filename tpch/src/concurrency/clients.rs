@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::common::ScalarValue;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::physical_plan::ExecutionPlan;
@@ -14,6 +15,7 @@ use ooode::access::QueryIo;
 use ooode::exec::{IndexJoinExec, IndexScanExec, OoodeScanExec};
 use ooode::io::IoEngine;
 use ooode::io::metrics::process_cpu_time;
+use ooode_providers::PreparedQuery;
 
 use crate::datagen::DataSet;
 use crate::depth::DepthSampler;
@@ -22,7 +24,7 @@ use crate::runner::{query_rows, run_sql, settle_buffers};
 use crate::tables::TABLES;
 
 use super::disk::DiskCounters;
-use super::{BoxError, ConcurrencyPoint, PointTail, Timing, draw, range_sql};
+use super::{BoxError, ConcurrencyPoint, PointTail, Timing, Workload, draw, fig4_sql, range_sql};
 
 /// The `p` quantile (0 to 1) of `sorted`, nearest rank; 0 if empty.
 pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -115,6 +117,7 @@ pub(super) async fn run_beside_fio(
     clients: usize,
     secs: f64,
     ooode_settings: &[String],
+    workload: Workload,
     settle: bool,
 ) -> Result<Run, BoxError> {
     let heap = data.ooode_table("lineitem").join("heap.0.pages");
@@ -124,7 +127,16 @@ pub(super) async fn run_beside_fio(
             .flatten()
     };
     let before = fio();
-    let mut run = run_point(data, engine, clients, secs, ooode_settings, false, settle).await?;
+    let mut run = run_point(
+        data,
+        engine,
+        clients,
+        secs,
+        ooode_settings,
+        workload,
+        settle,
+    )
+    .await?;
     run.point.fio_qd64_beside = before.zip(fio()).map(|(a, b)| (a + b) / 2.0);
     if engine == Engine::Ooode && !run.recorded.is_empty() && crate::iobench::ensure_fio() {
         run.point.fio_replay_qd64 = match crate::iobench::fio_replay_iops(&run.recorded, 64, 3.0) {
@@ -144,11 +156,20 @@ pub(super) async fn run_point(
     clients: usize,
     secs: f64,
     ooode_settings: &[String],
-    points_only: bool,
+    workload: Workload,
     settle: bool,
 ) -> Result<Run, BoxError> {
+    let points_only = workload.points_only;
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let contexts = sessions(data, engine, clients, ooode_settings).await?;
+    // Prepared before the clock starts, as a service prepares its statements at start-up.
+    let mut statements = Vec::new();
+    if workload.prepared {
+        for ctx in &contexts {
+            statements.push(Some(PreparedQuery::new(ctx, &fig4_sql("$1", "$2")).await?));
+        }
+    }
+    statements.resize(contexts.len(), None);
     if engine == Engine::Ooode {
         // Settings take effect as a query is planned: one untimed query sizes the pool,
         // which then starts empty.
@@ -237,14 +258,18 @@ pub(super) async fn run_point(
         })
     };
     let mut tasks = Vec::new();
-    for (client, ctx) in contexts.iter().cloned().enumerate() {
+    for (client, (ctx, statement)) in contexts.iter().cloned().zip(statements).enumerate() {
         tasks.push(tokio::spawn(async move {
             let mut done = Vec::new();
             let mut k = 0u64;
             while Instant::now() < deadline {
-                let (point, sql) = draw(client, k, customers, points_only);
+                let (point, first, n) = draw(client, k, customers, points_only);
                 let t = Instant::now();
-                let (mut timing, rows) = planned_rows(&ctx, &sql).await?;
+                let query = match &statement {
+                    Some(prepared) => ClientQuery::Prepared(prepared, first, first + n - 1),
+                    None => ClientQuery::Sql(&ctx, range_sql(first, n)),
+                };
+                let (mut timing, rows) = planned_rows(query).await?;
                 timing.total_ms = t.elapsed().as_secs_f64() * 1e3;
                 timing.started_ms = (t - start).as_secs_f64() * 1e3;
                 done.push((k, point, timing, rows));
@@ -355,7 +380,7 @@ pub(super) async fn run_point(
                 Engine::Ooode => "ooode".into(),
                 Engine::Parquet => "datafusion parquet".into(),
             },
-            workload: if points_only { "points alone" } else { "mixed" }.into(),
+            workload: workload.name().into(),
             clients,
             queries: latencies.len() as u64,
             secs: elapsed,
@@ -493,16 +518,32 @@ fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
     plan.children().into_iter().find_map(query_io)
 }
 
-/// The rows of `sql` (as [`query_rows`] gives them), the time it took to plan and what its
+/// A client's query: SQL text, or its prepared query and the customers to bind.
+enum ClientQuery<'a> {
+    Sql(&'a SessionContext, String),
+    Prepared(&'a PreparedQuery, u64, u64),
+}
+
+/// The rows of `query` (as [`query_rows`] gives them), the time it took to plan and what its
 /// reads waited for (the caller sets the latency).
-async fn planned_rows(ctx: &SessionContext, sql: &str) -> Result<(Timing, Vec<String>), BoxError> {
+async fn planned_rows(query: ClientQuery<'_>) -> Result<(Timing, Vec<String>), BoxError> {
     let start = Instant::now();
-    let df = ctx.sql(sql).await?;
-    let ordered = crate::runner::ordered_plan(df.logical_plan());
-    let task = df.task_ctx();
-    let plan = df.create_physical_plan().await?;
+    let (ordered, task, plan) = match query {
+        ClientQuery::Sql(ctx, sql) => {
+            let df = ctx.sql(&sql).await?;
+            let ordered = crate::runner::ordered_plan(df.logical_plan());
+            let task = Arc::new(df.task_ctx());
+            (ordered, task, df.create_physical_plan().await?)
+        }
+        ClientQuery::Prepared(prepared, lo, hi) => {
+            let values = vec![ScalarValue::from(lo as i64), ScalarValue::from(hi as i64)];
+            let plan = prepared.plan(values).await?;
+            let ordered = crate::runner::ordered_plan(prepared.logical_plan());
+            (ordered, prepared.task_ctx(), plan)
+        }
+    };
     let plan_ms = start.elapsed().as_secs_f64() * 1e3;
-    let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task)).await?;
+    let batches = datafusion::physical_plan::collect(plan.clone(), task).await?;
     let end = Instant::now();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut timing = Timing {

@@ -33,7 +33,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct ConcurrencyPoint {
     /// "ooode" or "datafusion parquet".
     pub engine: String,
-    /// "mixed" (ranges of 1-150 customers and point lookups) or "points alone".
+    /// "mixed" (ranges of 1-150 customers and point lookups), "points alone", "no turns"
+    /// (mixed, `ooode.max_long_queries = 0`), or "prepared" / "prepared alone" (the mixed
+    /// queries / the points alone, each session's query prepared once).
     pub workload: String,
     /// Clients, each running one query after another.
     pub clients: usize,
@@ -223,17 +225,23 @@ pub struct ConcurrencyReport {
 
 /// The query a client runs: the Fig. 4 chain over customers `first ..= first + n - 1`.
 pub fn range_sql(first: u64, n: u64) -> String {
+    fig4_sql(&first.to_string(), &(first + n - 1).to_string())
+}
+
+/// The Fig. 4 chain over customers `lo ..= hi`: numbers, or placeholders (`$1`, `$2`) for a
+/// prepared query.
+pub fn fig4_sql(lo: &str, hi: &str) -> String {
     format!(
         "SELECT COUNT(*), SUM(l_quantity) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey \
          JOIN lineitem l ON o.o_orderkey = l.l_orderkey \
-         WHERE c.c_custkey BETWEEN {first} AND {}",
-        first + n - 1
+         WHERE c.c_custkey BETWEEN {lo} AND {hi}"
     )
 }
 
-/// Client `client`'s `k`-th query: half point lookups, half ranges of 1 to 150 customers per
-/// 150,000 (0.1 %), at random places among `customers` (the same on every engine).
-fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, String) {
+/// Client `client`'s `k`-th query, whether a point lookup, and its first customer and count:
+/// half point lookups, half ranges of 1 to 150 customers per 150,000 (0.1 %), at random places
+/// among `customers` (the same on every engine).
+fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, u64, u64) {
     let widest = (customers / 1000).max(1);
     let mut x = (client as u64 + 1)
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -247,8 +255,42 @@ fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, Stri
     let point = points_only || next(2) == 0;
     let n = if point { 1 } else { 1 + next(widest) };
     let first = 1 + next(customers.saturating_sub(n).max(1));
-    (point, range_sql(first, n))
+    (point, first, n)
 }
+
+/// What the clients of a run send.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Workload {
+    /// Only point lookups (else half of them ranges).
+    pub points_only: bool,
+    /// Each client's session prepares the query once ([`ooode_providers::PreparedQuery`])
+    /// and binds each query's customers; else each query is SQL text, planned whole.
+    pub prepared: bool,
+}
+
+impl Workload {
+    pub const MIXED: Self = Self {
+        points_only: false,
+        prepared: false,
+    };
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match (self.points_only, self.prepared) {
+            (false, false) => "mixed",
+            (true, false) => POINTS_ALONE,
+            (false, true) => PREPARED,
+            (true, true) => PREPARED_POINTS_ALONE,
+        }
+    }
+}
+
+/// The workload name of the point lookups alone.
+pub const POINTS_ALONE: &str = "points alone";
+/// The workload name of the mixed queries, prepared.
+pub const PREPARED: &str = "prepared";
+/// The workload name of the point lookups alone, prepared.
+pub const PREPARED_POINTS_ALONE: &str = "prepared alone";
 
 /// The workload name of the run without turns of long queries (`ooode.max_long_queries = 0`).
 pub const NO_TURNS: &str = "no turns";
@@ -279,7 +321,8 @@ pub async fn run(
             if let Some(other) = b.results.get(key) {
                 compared += 1;
                 if rows != other {
-                    let (_, sql) = draw(key.0, key.1, customers, false);
+                    let (_, first, n) = draw(key.0, key.1, customers, false);
+                    let sql = range_sql(first, n);
                     mismatches.push(format!("client {} query {}: {sql}", key.0, key.1));
                 }
             }
@@ -294,7 +337,8 @@ pub async fn run(
     for &c in clients {
         let mut runs = Vec::new();
         for &engine in engines {
-            let run = run_beside_fio(data, engine, c, secs, &settings, settle).await?;
+            let run =
+                run_beside_fio(data, engine, c, secs, &settings, Workload::MIXED, settle).await?;
             // The settings given may replace the benchmark's own pool size: report the one in force.
             pool_in_force = pool_in_force.or(run.pool_budget);
             print_run(&run.point);
@@ -307,30 +351,74 @@ pub async fn run(
             // The same clients with every long query reading at once (turns off).
             let mut all_at_once = settings.clone();
             all_at_once.push("SET ooode.max_long_queries = 0".to_string());
-            let mut run =
-                run_beside_fio(data, Engine::Ooode, c, secs, &all_at_once, settle).await?;
+            let mut run = run_beside_fio(
+                data,
+                Engine::Ooode,
+                c,
+                secs,
+                &all_at_once,
+                Workload::MIXED,
+                settle,
+            )
+            .await?;
             run.point.workload = NO_TURNS.to_string();
             print_run(&run.point);
             compare(&run, &runs[1]);
             runs.push(run);
         }
+        if c == max_clients && c >= TURNS_FROM_CLIENTS {
+            // The same clients sending the query prepared, as a service would: planned once
+            // per session, bound per query (both engines through the same API).
+            let prepared = Workload {
+                points_only: false,
+                prepared: true,
+            };
+            let mut prepared_runs = Vec::new();
+            for &engine in engines {
+                let run =
+                    run_beside_fio(data, engine, c, secs, &settings, prepared, settle).await?;
+                print_run(&run.point);
+                prepared_runs.push(run);
+            }
+            if let [ooode, stock] = &prepared_runs[..] {
+                compare(ooode, stock);
+            }
+            compare(&prepared_runs[0], &runs[0]);
+            runs.extend(prepared_runs);
+        }
         points.extend(runs.into_iter().map(|r| r.point));
     }
-    for &engine in engines {
-        let run = run_point(data, engine, 1, secs, &settings, true, settle).await?;
-        eprintln!(
-            "{:<20} point lookups alone: p50 {:.2} ms, p99 {:.2} ms (planning p50 {:.2} / p99 \
-             {:.2} ms)",
-            run.point.engine,
-            run.point.point_p50_ms,
-            run.point.point_p99_ms,
-            run.point.point_plan_p50_ms,
-            run.point.point_plan_p99_ms
-        );
-        if let Some(tail) = &run.point.point_tail {
-            eprintln!("{:<20} point lookups alone: {}", "", tail_line(tail));
+    let alone = [
+        Workload {
+            points_only: true,
+            prepared: false,
+        },
+        Workload {
+            points_only: true,
+            prepared: true,
+        },
+    ];
+    let prepared_too = max_clients >= TURNS_FROM_CLIENTS;
+    for workload in alone.into_iter().filter(|w| prepared_too || !w.prepared) {
+        for &engine in engines {
+            let run = run_point(data, engine, 1, secs, &settings, workload, settle).await?;
+            eprintln!(
+                "{:<20} {}: p50 {:.2} ms, p99 {:.2} ms (planning p50 {:.2} / p99 {:.2} ms)",
+                run.point.engine,
+                match workload.prepared {
+                    false => "point lookups alone",
+                    true => "point lookups alone, prepared",
+                },
+                run.point.point_p50_ms,
+                run.point.point_p99_ms,
+                run.point.point_plan_p50_ms,
+                run.point.point_plan_p99_ms
+            );
+            if let Some(tail) = &run.point.point_tail {
+                eprintln!("{:<20} point lookups alone: {}", "", tail_line(tail));
+            }
+            points.push(run.point);
         }
-        points.push(run.point);
     }
     Ok(ConcurrencyReport {
         points,
@@ -348,7 +436,7 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
         of.map_or("n/a".into(), |f| format!("{:.0}", iops / f * 100.0))
     };
     let mut out = format!(
-        "{:<20} {:<13} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
+        "{:<20} {:<14} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
         "engine",
         "workload",
         "clients",
@@ -363,7 +451,7 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
     );
     for p in &r.points {
         out += &format!(
-            "{:<20} {:<13} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>8} {:>6.0}\n",
+            "{:<20} {:<14} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>8} {:>6.0}\n",
             p.engine,
             p.workload,
             p.clients,
@@ -410,10 +498,9 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
                 n.point_p99_ms
             );
         }
-        if let (Some(mixed), Some(alone)) = (
-            find("ooode", "mixed", max),
-            find("ooode", "points alone", 1),
-        ) {
+        if let (Some(mixed), Some(alone)) =
+            (find("ooode", "mixed", max), find("ooode", POINTS_ALONE, 1))
+        {
             let ratio = |p99: f64| p99 / alone.point_p99_ms.max(1e-9);
             out += &format!(
                 "ooode point lookups: p99 {:.2} ms among {max} clients vs {:.2} ms alone \
@@ -425,6 +512,28 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
                 mixed.point_p99_after_first_ms,
                 ratio(mixed.point_p99_after_first_ms),
                 mixed.first_points_max_ms
+            );
+        }
+        if let (Some(o), Some(s), Some(alone), Some(plain)) = (
+            find("ooode", PREPARED, max),
+            find("datafusion parquet", PREPARED, max),
+            find("ooode", PREPARED_POINTS_ALONE, 1),
+            find("ooode", "mixed", max),
+        ) {
+            let ratio = |p99: f64| p99 / alone.point_p99_ms.max(1e-9);
+            out += &format!(
+                "prepared (each session plans the query once, binds each query's customers): \
+                 ooode {:.1} q/s ({:.2}x its SQL text's), {:.1}x stock DataFusion prepared \
+                 alike; points p99 {:.2} ms vs {:.2} ms alone, prepared ({:.1}x; without each \
+                 client's first query {:.2} ms, {:.1}x)\n",
+                o.qps,
+                o.qps / plain.qps.max(1e-9),
+                o.qps / s.qps.max(1e-9),
+                o.point_p99_ms,
+                alone.point_p99_ms,
+                ratio(o.point_p99_ms),
+                o.point_p99_after_first_ms,
+                ratio(o.point_p99_after_first_ms)
             );
         }
     }
