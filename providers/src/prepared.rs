@@ -55,8 +55,9 @@ pub struct PreparedQuery {
 
 impl PreparedQuery {
     /// Plans `sql` in `ctx` up to its physical plan. `sql` is one query or DML statement
-    /// (`INSERT INTO t VALUES ($1, $2)`), or `PREPARE name(type, ...) AS` one, which gives the
-    /// parameters' types where they cannot be inferred from their use.
+    /// (`INSERT INTO t VALUES ($1, $2)`), `EXPLAIN [ANALYZE]` of one (which shows the plan of
+    /// the values bound), or `PREPARE name(type, ...) AS` one, which gives the parameters'
+    /// types where they cannot be inferred from their use.
     pub async fn new(ctx: &SessionContext, sql: &str) -> Result<Self> {
         let state = ctx.state();
         let plan = state.create_logical_plan(sql).await?;

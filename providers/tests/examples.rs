@@ -10,6 +10,9 @@ mod modes;
 #[path = "../../examples/grown_table.rs"]
 mod grown_table;
 
+#[path = "../../examples/prepared_service.rs"]
+mod prepared_service;
+
 #[test]
 fn quickstart_runs() {
     quickstart::main().unwrap();
@@ -23,4 +26,9 @@ fn modes_runs() {
 #[test]
 fn grown_table_runs() {
     grown_table::main().unwrap();
+}
+
+#[test]
+fn prepared_service_runs() {
+    prepared_service::main().unwrap();
 }

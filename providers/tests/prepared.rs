@@ -313,3 +313,29 @@ async fn errors_name_the_parameter_or_the_statement() {
         .await
     );
 }
+
+/// EXPLAIN and EXPLAIN ANALYZE prepare too, and show the plan of the values bound
+/// (DataFusion's `EXPLAIN EXECUTE` is not supported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_plan_of_the_values_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = tables(dir.path()).await;
+    let query = "SELECT count(*) FROM orders WHERE o_custkey = $1";
+    let explain = PreparedQuery::new(&ctx, &format!("EXPLAIN {query}"))
+        .await
+        .unwrap();
+    let out = prepared_rows(&explain, vec![ScalarValue::from(5i64)]).await;
+    assert!(out.contains("o_custkey = Int64(5)"), "{out}");
+    assert!(
+        out.contains("IndexScanExec") && out.contains("o_custkey IN (5)"),
+        "{out}"
+    );
+    let analyze = PreparedQuery::new(&ctx, &format!("EXPLAIN ANALYZE {query}"))
+        .await
+        .unwrap();
+    let out = prepared_rows(&analyze, vec![ScalarValue::from(5i64)]).await;
+    assert!(
+        out.contains("IndexScanExec") && out.contains("output_rows=4"),
+        "{out}"
+    );
+}

@@ -4,7 +4,8 @@
 //!   queries (the Fig. 4 chain at random N, point lookups, TPC-H queries; index plans always or
 //!   auto, out of order or in order) over a buffer pool far smaller than the data, under a
 //!   DataFusion memory limit: every result equals stock DataFusion's, all finish in bounded
-//!   time, and the process's memory stays bounded.
+//!   time, and the process's memory stays bounded. A quarter of the sessions send the Fig. 4
+//!   chain as a prepared query.
 //! - A query cancelled while its reads are in flight (cold pool, the query's in-flight gauge
 //!   above zero when its stream is dropped) leaves nothing behind: every gauge back to zero,
 //!   every permit returned, no loading entry in the pool, no memory reserved; the next query
@@ -15,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::common::ScalarValue;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
@@ -24,9 +26,10 @@ use futures::StreamExt;
 use indicatif::ProgressBar;
 use ooode::access::QueryIo;
 use ooode::exec::{IndexJoinExec, IndexScanExec};
+use ooode_providers::PreparedQuery;
 use ooode_tpch::datagen::{DataSet, load_options, load_table};
 use ooode_tpch::fig4::fig4_sql;
-use ooode_tpch::runner::{query_rows, run_sql};
+use ooode_tpch::runner::{query_rows, run_sql, sorted_rows};
 use ooode_tpch::tables::TABLES;
 
 fn load(dir: &Path) -> DataSet {
@@ -189,18 +192,43 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
     };
     let started = Instant::now();
     let mut tasks = Vec::new();
+    let prepared_runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for (i, (settings, queries)) in plans.into_iter().enumerate() {
         let ctx = session(&env);
         register(&ctx, &data).await;
         let expected = expected.clone();
+        let prepared_runs = prepared_runs.clone();
         tasks.push(tokio::spawn(async move {
             for s in &settings {
                 run_sql(&ctx, s).await.unwrap();
             }
+            // A quarter of the sessions send the Fig. 4 chain prepared (planned once, the
+            // customer count bound per query), as a service would.
+            let prepared = match i % 4 {
+                1 => Some(
+                    PreparedQuery::new(&ctx, &fig4_sql(0).replace("<= 0", "<= $1"))
+                        .await
+                        .unwrap(),
+                ),
+                _ => None,
+            };
             let mut longest = Duration::ZERO;
             for q in queries {
                 let t = Instant::now();
-                let rows = tokio::time::timeout(Duration::from_secs(240), query_rows(&ctx, &q))
+                let customers = q
+                    .strip_prefix(&fig4_sql(0).replace("<= 0", "<= "))
+                    .and_then(|n| n.parse::<i64>().ok());
+                let run = async {
+                    match (&prepared, customers) {
+                        (Some(p), Some(n)) => {
+                            prepared_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let batches = p.collect(vec![ScalarValue::from(n)]).await?;
+                            sorted_rows(&batches)
+                        }
+                        _ => query_rows(&ctx, &q).await,
+                    }
+                };
+                let rows = tokio::time::timeout(Duration::from_secs(240), run)
                     .await
                     .unwrap_or_else(|_| panic!("session {i}: a query ran past 240 s: {q}"))
                     .unwrap_or_else(|e| panic!("session {i}: {e}\n{q}"));
@@ -216,11 +244,16 @@ async fn thirty_two_sessions_of_mixed_queries_on_one_runtime() {
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     sampler.join().unwrap();
+    let prepared_runs = prepared_runs.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        prepared_runs > 0,
+        "no session ran the Fig. 4 chain prepared"
+    );
     let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
     let runtime = ooode::access::OoodeRuntime::for_env(&env);
     eprintln!(
-        "{} queries in {:.1} s (longest {:.2} s); resident memory {} MiB before, peak {} MiB; \
-         pool {:?}",
+        "{} queries ({prepared_runs} prepared) in {:.1} s (longest {:.2} s); resident memory {} \
+         MiB before, peak {} MiB; pool {:?}",
         SESSIONS * QUERIES_PER_SESSION,
         started.elapsed().as_secs_f64(),
         longest.as_secs_f64(),
