@@ -167,3 +167,67 @@ pub fn format(results: &[PlanRow], count: usize) -> String {
     );
     out
 }
+
+/// The planning times as grouped bars: per query, each engine from SQL text and prepared.
+pub fn plot(results: &[PlanRow]) -> String {
+    let queries: Vec<String> = results.iter().map(|r| r.query.clone()).collect();
+    let series = |name: &str, f: &dyn Fn(&PlanRow) -> f64| {
+        (
+            name.to_string(),
+            results.iter().map(|r| Some(f(r))).collect::<Vec<_>>(),
+        )
+    };
+    crate::svg::bar_chart(
+        "Planning one query, hot (medians)",
+        crate::svg::Axis {
+            label: "milliseconds",
+            log: false,
+        },
+        &queries,
+        &[
+            series("ooode, SQL text", &|r| r.ooode.total_ms),
+            series("ooode, prepared", &|r| r.ooode.prepared_ms),
+            series("stock DataFusion, SQL text", &|r| r.stock.total_ms),
+            series("stock DataFusion, prepared", &|r| r.stock.prepared_ms),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> PlanRow {
+        let phases = |total_ms, prepared_ms| PlanPhases {
+            sql_ms: 0.4,
+            logical_ms: 0.7,
+            physical_ms: 0.9,
+            total_ms,
+            prepared_ms,
+        };
+        PlanRow {
+            query: "point (N = 1)".into(),
+            ooode: phases(2.068, 1.012),
+            stock: phases(2.53, 1.611),
+        }
+    }
+
+    #[test]
+    fn the_table_and_the_plot_give_sql_and_prepared_for_both_engines() {
+        let table = format(&[row()], 300);
+        let ooode = table.lines().find(|l| l.contains("ooode (auto)")).unwrap();
+        assert!(ooode.ends_with("2.068     1.012"), "{ooode}");
+        let plot = plot(&[row()]);
+        for name in [
+            "ooode, SQL text",
+            "ooode, prepared",
+            "stock DataFusion, SQL text",
+            "stock DataFusion, prepared",
+            "point (N = 1)",
+        ] {
+            assert!(plot.contains(name), "{name}");
+        }
+        // Four bars (one per series, for the one query) and four legend boxes.
+        assert_eq!(plot.matches("<rect x=").count(), 4 + 4, "{plot}");
+    }
+}

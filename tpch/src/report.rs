@@ -111,6 +111,9 @@ pub fn write(report: &RunReport, dir: &Path) -> Result<Vec<String>, BoxError> {
     for (name, svg) in concurrency_plots(&report.concurrency, fio64) {
         put(name, svg)?;
     }
+    if !report.plans.is_empty() {
+        put("planning_ms.svg", crate::plans::plot(&report.plans))?;
+    }
     let mut written = files.written;
     written.extend(crate::remote::write(&report.remote, dir)?);
     Ok(written)
