@@ -339,3 +339,57 @@ async fn explain_shows_the_plan_of_the_values_bound() {
         "{out}"
     );
 }
+
+/// Random bounds, NULLs and empty or reversed ranges through three query shapes: a prepared
+/// query returns the rows of the same SQL with the values written in (through the index or
+/// not, as `auto` decides for each).
+#[test]
+fn random_values_give_the_rows_of_the_sql_with_them_written_in() {
+    use proptest::prelude::*;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = runtime.block_on(tables(dir.path()));
+    let shapes = [
+        "SELECT o_orderkey, o_total FROM orders WHERE o_custkey = {a} ORDER BY o_orderkey",
+        "SELECT count(*), sum(o_total) FROM orders WHERE o_custkey BETWEEN {a} AND {b}",
+        "SELECT c.c_name, o.o_orderkey FROM customer c JOIN orders o ON c.c_custkey = \
+         o.o_custkey WHERE c.c_custkey >= {a} AND c.c_custkey < {b} ORDER BY 2",
+    ];
+    let prepared: Vec<PreparedQuery> = shapes
+        .iter()
+        .map(|s| {
+            let sql = s.replace("{a}", "$1").replace("{b}", "$2");
+            runtime.block_on(PreparedQuery::new(&ctx, &sql)).unwrap()
+        })
+        .collect();
+    let value = prop_oneof![
+        1 => Just(None),
+        8 => (-5i64..10_010).prop_map(Some),
+        1 => prop_oneof![Just(i64::MIN), Just(i64::MAX)].prop_map(Some),
+    ];
+    let config = ProptestConfig {
+        cases: 48,
+        ..ProptestConfig::default()
+    };
+    proptest::test_runner::TestRunner::new(config)
+        .run(&(0..shapes.len(), value.clone(), value), |(shape, a, b)| {
+            let text = |v: Option<i64>| v.map_or("NULL".to_string(), |v| v.to_string());
+            let sql = shapes[shape]
+                .replace("{a}", &text(a))
+                .replace("{b}", &text(b));
+            let q = &prepared[shape];
+            let values: Vec<ScalarValue> = [a, b][..q.parameters().len()]
+                .iter()
+                .map(|v| ScalarValue::Int64(*v))
+                .collect();
+            let (expected, got) = runtime
+                .block_on(async { (rows(&ctx, &sql).await, prepared_rows(q, values).await) });
+            prop_assert_eq!(got, expected, "{}", sql);
+            Ok(())
+        })
+        .unwrap();
+}
