@@ -128,14 +128,25 @@ impl PreparedQuery {
     /// Each parameter's value from `values`, cast to its type, keyed by the id without `$`
     /// (how [`ParamValues::Map`] finds both `$1` and `$name`).
     fn bind(&self, values: ParamValues) -> Result<ParamValues> {
-        if let ParamValues::List(list) = &values
-            && list.len() != self.parameters.len()
-        {
-            return plan_err!(
-                "the prepared query has {} parameter(s), {} value(s) given",
-                self.parameters.len(),
-                list.len()
-            );
+        match &values {
+            ParamValues::List(list) if list.len() != self.parameters.len() => {
+                return plan_err!(
+                    "the prepared query has {} parameter(s), {} value(s) given",
+                    self.parameters.len(),
+                    list.len()
+                );
+            }
+            ParamValues::Map(map) => {
+                if let Some(name) = map.keys().find(|name| {
+                    !self
+                        .parameters
+                        .iter()
+                        .any(|(id, _)| name_of(id) == name.as_str())
+                }) {
+                    return plan_err!("the prepared query has no parameter ${name}");
+                }
+            }
+            ParamValues::List(_) => {}
         }
         let mut bound = HashMap::with_capacity(self.parameters.len());
         for (id, field) in &self.parameters {
@@ -152,7 +163,7 @@ impl PreparedQuery {
                     )
                 })?
             };
-            bound.insert(id[1..].to_string(), ScalarAndMetadata::new(value, None));
+            bound.insert(name_of(id).to_string(), ScalarAndMetadata::new(value, None));
         }
         Ok(ParamValues::Map(bound))
     }
@@ -172,11 +183,13 @@ impl std::fmt::Debug for PreparedQuery {
 fn parameters(plan: &LogicalPlan, declared: &[FieldRef]) -> Result<Vec<(String, FieldRef)>> {
     let mut found = Vec::new();
     for (id, field) in plan.get_parameter_fields()? {
-        let declared_field = positional(&id).and_then(|i| declared.get(i - 1)).cloned();
+        let declared_field = positional(&id)
+            .and_then(|i| declared.get(i.checked_sub(1)?))
+            .cloned();
         let Some(field) = declared_field.or(field) else {
             return plan_err!(
-                "the type of parameter {id} cannot be inferred from its use: give it with a \
-                 cast (CAST({id} AS BIGINT)) or prepare as PREPARE q(BIGINT, ...) AS ..."
+                "the type of parameter {id} cannot be inferred from its use: declare the \
+                 parameters' types, as in PREPARE q(BIGINT, ...) AS SELECT ..."
             );
         };
         found.push((id, field));
@@ -186,6 +199,11 @@ fn parameters(plan: &LogicalPlan, declared: &[FieldRef]) -> Result<Vec<(String, 
         _ => a.cmp(b),
     });
     Ok(found)
+}
+
+/// A placeholder's id without its `$`: the key of its value among named ones.
+fn name_of(id: &str) -> &str {
+    id.strip_prefix('$').unwrap_or(id)
 }
 
 /// The number of a positional placeholder (`$3` is 3).

@@ -297,6 +297,22 @@ async fn errors_name_the_parameter_or_the_statement() {
         untyped.contains("parameter $1 cannot be inferred"),
         "{untyped}"
     );
+    // What the error advises works.
+    let typed = PreparedQuery::new(&ctx, "PREPARE q(BIGINT) AS SELECT $1 AS v")
+        .await
+        .unwrap();
+    let out = prepared_rows(&typed, vec![ScalarValue::from(7i64)]).await;
+    assert!(out.contains("| 7 |"), "{out}");
+    let unknown = q
+        .collect(vec![
+            ("1", ScalarValue::from(1i64)),
+            ("2", ScalarValue::from(2i64)),
+            ("3", ScalarValue::from(3i64)),
+        ])
+        .await
+        .map_err(err)
+        .unwrap_err();
+    assert!(unknown.contains("no parameter $3"), "{unknown}");
     let ddl = PreparedQuery::new(&ctx, "CREATE TABLE x AS SELECT 1")
         .await
         .map_err(err)
