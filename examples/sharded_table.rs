@@ -9,6 +9,7 @@
 //! Run with `cargo run -p ooode-distributed --example sharded_table`.
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -83,6 +84,22 @@ pub async fn main() -> Result<()> {
     let result = show(&ctx, sql).await?;
     println!("{result}");
     assert!(result.contains("| 10      | 10     |"), "{result}");
+
+    // 4b. The same join prepared (planned once, the range bound per execution): the same
+    //     distributed plan and rows.
+    let prepared = ooode_providers::PreparedQuery::new(
+        &ctx,
+        &sql.replace("BETWEEN 10 AND 12", "BETWEEN $1 AND $2"),
+    )
+    .await?;
+    let bound = vec![ScalarValue::from(10i64), ScalarValue::from(12i64)];
+    let plan = prepared.plan(bound.clone()).await?;
+    let shown = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(true)
+        .to_string();
+    assert!(shown.contains("ShardLookupJoinExec"), "{shown}");
+    let batches = prepared.collect(bound).await?;
+    assert_eq!(pretty_format_batches(&batches)?.to_string(), result);
 
     // 5. The distributed plan: stages, tasks, and the worker of every shard.
     let plan = show(&ctx, &format!("EXPLAIN {sql}")).await?;
