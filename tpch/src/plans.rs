@@ -15,7 +15,7 @@ use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
 use ooode_providers::PreparedQuery;
 
-use crate::concurrency::{fig4_sql, range_sql};
+use crate::concurrency::{between_sql, range_sql};
 use crate::datagen::DataSet;
 use crate::runner::{contexts, median, query_rows};
 
@@ -116,7 +116,7 @@ pub async fn run(data: &DataSet, count: usize) -> Result<Vec<PlanRow>, BoxError>
     let (stock, ooode) = contexts(data).await?;
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let mut out = Vec::new();
-    let prepared = fig4_sql("$1", "$2");
+    let prepared = between_sql("$1", "$2");
     let (prepared_ooode, prepared_stock) = (
         PreparedQuery::new(&ooode, &prepared).await?,
         PreparedQuery::new(&stock, &prepared).await?,

@@ -24,7 +24,9 @@ use crate::runner::{query_rows, run_sql, settle_buffers};
 use crate::tables::TABLES;
 
 use super::disk::DiskCounters;
-use super::{BoxError, ConcurrencyPoint, PointTail, Timing, Workload, draw, fig4_sql, range_sql};
+use super::{
+    BoxError, ConcurrencyPoint, PointTail, Timing, Workload, between_sql, draw, range_sql,
+};
 
 /// The `p` quantile (0 to 1) of `sorted`, nearest rank; 0 if empty.
 pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -166,7 +168,9 @@ pub(super) async fn run_point(
     let mut statements = Vec::new();
     if workload.prepared {
         for ctx in &contexts {
-            statements.push(Some(PreparedQuery::new(ctx, &fig4_sql("$1", "$2")).await?));
+            statements.push(Some(
+                PreparedQuery::new(ctx, &between_sql("$1", "$2")).await?,
+            ));
         }
     }
     statements.resize(contexts.len(), None);

@@ -225,12 +225,12 @@ pub struct ConcurrencyReport {
 
 /// The query a client runs: the Fig. 4 chain over customers `first ..= first + n - 1`.
 pub fn range_sql(first: u64, n: u64) -> String {
-    fig4_sql(&first.to_string(), &(first + n - 1).to_string())
+    between_sql(&first.to_string(), &(first + n - 1).to_string())
 }
 
 /// The Fig. 4 chain over customers `lo ..= hi`: numbers, or placeholders (`$1`, `$2`) for a
 /// prepared query.
-pub fn fig4_sql(lo: &str, hi: &str) -> String {
+pub fn between_sql(lo: &str, hi: &str) -> String {
     format!(
         "SELECT COUNT(*), SUM(l_quantity) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey \
          JOIN lineitem l ON o.o_orderkey = l.l_orderkey \
