@@ -179,10 +179,9 @@ pub struct OoodeConfig {
     pub max_long_queries: usize,
     /// Queries estimated to read at most this many pages never wait for a turn.
     pub short_query_reads: u64,
-    /// Percent of `max_outstanding_io_total` that long queries (estimated above
-    /// `short_query_reads`) leave free beside short ones (the idle lane's rule): they start a
-    /// read only while more permits than that are free, so a short query's read finds one at
-    /// once. See `access::admission`.
+    /// Percent of `max_outstanding_io_total` that queries not estimated long (to read more
+    /// than `short_query_reads` pages) may have in flight above it, so that a short query's
+    /// read finds a permit at once whatever long queries hold. See `access::admission`.
     pub short_query_io_reserve_percent: usize,
     /// Beside short queries (another query executing, a short one started within the last
     /// 5 s), the operators of queries estimated to read more than `short_query_reads` pages
@@ -315,7 +314,8 @@ const SETTINGS: &[Setting] = &[
         name: "max_outstanding_io_total",
         description: "Most page reads in flight or read and not yet used, for all queries of a \
                       runtime together, shared fairly between the queries that want more \
-                      (default 256)",
+                      (default 256); queries not estimated long may go above it by \
+                      short_query_io_reserve_percent",
         show: |c| c.max_outstanding_io_total.to_string(),
         set: |c, v| {
             c.max_outstanding_io_total = v.parse::<Bounded<1, MAX_READS_IN_FLIGHT>>()?.0;
@@ -368,12 +368,11 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "short_query_io_reserve_percent",
-        description: "Percent of max_outstanding_io_total that queries estimated to read more \
-                      than short_query_reads pages leave free beside short queries (another \
-                      query executing, a short one started within 5 s): they start a read \
-                      only while more permits than that are free, so short queries' reads \
-                      find one at once (default 25; 0: none). One grant in eight to the \
-                      classes in turn may still use it, so long queries keep moving",
+        description: "Percent of max_outstanding_io_total that queries not estimated to \
+                      read more than short_query_reads pages may have in flight above it, so \
+                      that short queries' reads find a permit at once whatever long queries \
+                      hold (default 25; 0: none). One grant in eight to the classes in turn \
+                      may use it for a long query too, so long queries keep moving",
         show: |c| c.short_query_io_reserve_percent.to_string(),
         set: |c, v| {
             c.short_query_io_reserve_percent = v.parse::<Bounded<0, 90>>()?.0;

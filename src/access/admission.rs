@@ -3,12 +3,12 @@
 //! reads closest to its output first.
 //!
 //! ```text
-//!   step wants a read ──> fast path: nobody waits, runtime below its cap (less the reserve
-//!        │                for a long query beside short ones), query below its limit
+//!   step wants a read ──> fast path: nobody waits, runtime below its cap (for a query not
+//!        │                long: below the cap and the reserve above it), query below its limit
 //!        │                ──> permit (three atomic additions, no lock)
 //!        └─ else: queued under the query, at the step's level ──> pending
 //!   a permit dropped ──> counts back ──> if anyone waits: lock, dispatch:
-//!        while the runtime is below its cap: a query of the smallest size class that waits
+//!        while there is room (cap, and reserve for all but long queries): a query of the smallest size class that waits
 //!        and is below its own limit (round robin within the class; one grant in FAIR_EVERY
 //!        to the classes in turn, which may use the reserve) gets one permit, for its waiter of the highest level
 //!        (closest to the output: finished work leaves memory first)
@@ -24,24 +24,24 @@
 //! held until the step has used its page (decoded it), not just until the read completes,
 //! so permits bound pages in memory too.
 //!
-//! Long queries (estimated above `ooode.short_query_reads`) beside short ones leave a reserve
-//! of permits free (`ooode.short_query_io_reserve_percent`): they start a read only while
-//! more than the reserve is free, except on the fair turns. A long query alone does not (its
-//! operators decide when they start, by the idle lane's rule): measured alone, the 10 % Fig.
-//! 4 query with pages from the OS cache read 132 K pages/s with the reserve against 150 K
-//! without (four runs each). Why the reserve: priority among waiters does not help a
-//! point lookup when long queries hold every permit, with pages read and not yet used
-//! (their operators run at idle priority beside short queries, see [`super::idle_lane`]):
-//! measured at 64 clients, the points that waited longest found 236-252 of the 256 permits
-//! held by long queries and 0.1-9 permits given back per millisecond.
+//! The reserve (`ooode.short_query_io_reserve_percent` of the cap) lies above the cap, for
+//! queries not estimated long (above `ooode.short_query_reads` pages): long queries take
+//! permits up to the cap, except on the fair turns, and the others up to the cap and the
+//! reserve. Why: priority among waiters does not help a point lookup when long queries hold
+//! every permit, with pages read and not yet used (their operators run at idle priority
+//! beside short queries, see [`super::idle_lane`]): measured at 64 clients, the points that
+//! waited longest found 236-252 of the 256 permits held by long queries and 0.1-9 permits
+//! given back per millisecond. Why above the cap: carved out of it, a long query had to know
+//! whether short ones run beside it. Alone it must not leave the reserve free (the 10 % Fig.
+//! 4 query with pages from the OS cache read 132 K pages/s with it against 150 K without),
+//! but a burst's first long queries, started before any short one, took the whole cap and
+//! the first points waited for its pages to be used (log, 2026-12-07).
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{
-    AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst,
-};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -58,7 +58,7 @@ pub const LEVELS: usize = 8;
 #[derive(Debug)]
 pub struct Admission {
     cap: AtomicUsize,
-    /// Permits long queries leave free (see the module's notes).
+    /// Permits above the cap for queries not long (see the module's notes).
     reserve: AtomicUsize,
     in_use: AtomicUsize,
     /// Requests queued (fast paths step aside while any wait, to keep the turn fair).
@@ -112,7 +112,7 @@ impl Queues {
             };
             if !admission.take(&waiters.share, fair) {
                 self.turns[class].push_back(id);
-                if admission.in_use.load(SeqCst) >= admission.cap.load(SeqCst) {
+                if admission.in_use.load(SeqCst) >= admission.room_for(&waiters.share, fair) {
                     return false;
                 }
                 // At its own limit, or long and only the reserve free: the next one may not
@@ -187,8 +187,6 @@ pub struct Share {
     limit: usize,
     /// Above this many estimated reads the query is long.
     short_query_reads: u64,
-    /// Whether it runs beside short queries, so that, long, it leaves the reserve free.
-    beside_short: AtomicBool,
     in_use: AtomicUsize,
     /// Its requests queued now.
     waiting: AtomicUsize,
@@ -235,14 +233,15 @@ impl Admission {
         }
     }
 
-    /// Sets the permits long queries leave free for short ones (see the module's notes).
+    /// Sets the permits above the cap for queries not long (see the module's notes).
     pub fn set_reserve(&self, reserve: usize) {
-        if self.reserve.swap(reserve, SeqCst) > reserve {
+        // More room for queries not long: their waiters may go now.
+        if self.reserve.swap(reserve, SeqCst) < reserve {
             self.dispatch();
         }
     }
 
-    /// The permits long queries leave free.
+    /// The permits above the cap for queries not long.
     pub fn reserve(&self) -> usize {
         self.reserve.load(SeqCst)
     }
@@ -269,7 +268,6 @@ impl Admission {
             id: self.next_query.fetch_add(1, SeqCst),
             limit: limit.max(1),
             short_query_reads,
-            beside_short: AtomicBool::new(false),
             in_use: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             admission: self.clone(),
@@ -280,16 +278,10 @@ impl Admission {
         })
     }
 
-    /// Takes one unit of the runtime's cap and of `share`'s limit, if both have room (for a
-    /// long query, room beyond the reserve unless `into_reserve`).
+    /// Takes one unit of the runtime's room for `share` (see [`Self::room_for`]) and of its
+    /// limit, if both have some.
     fn take(&self, share: &Share, into_reserve: bool) -> bool {
-        let cap = self.cap.load(SeqCst);
-        let leaves_reserve = share.is_long() && share.beside_short();
-        let room = match leaves_reserve && !into_reserve {
-            true => cap.saturating_sub(self.reserve.load(SeqCst)).max(1),
-            false => cap,
-        };
-        if !take_below(&self.in_use, room) {
+        if !take_below(&self.in_use, self.room_for(share, into_reserve)) {
             return false;
         }
         if !take_below(&share.in_use, share.limit) {
@@ -297,6 +289,20 @@ impl Admission {
             return false;
         }
         true
+    }
+
+    /// Permits in flight below which `share` may take one: the cap for a long query, unless
+    /// `into_reserve` (a fair turn); the cap and the reserve above it otherwise.
+    fn room_for(&self, share: &Share, into_reserve: bool) -> usize {
+        match share.is_long() && !into_reserve {
+            true => self.cap.load(SeqCst),
+            false => self.most(),
+        }
+    }
+
+    /// The most permits in flight: the cap and the reserve of short queries above it.
+    fn most(&self) -> usize {
+        self.cap.load(SeqCst) + self.reserve.load(SeqCst)
     }
 
     fn give_back(&self, share: &Share) {
@@ -315,11 +321,11 @@ impl Admission {
 
     /// [`Self::dispatch`] with the queues locked already.
     fn dispatch_locked(&self, q: &mut Queues) {
-        while self.in_use.load(SeqCst) < self.cap.load(SeqCst) {
+        while self.in_use.load(SeqCst) < self.most() {
             let mut granted = None;
             let fair = q.class_turns.fair_turn();
             for class in q.class_turns.order() {
-                if self.in_use.load(SeqCst) >= self.cap.load(SeqCst) {
+                if self.in_use.load(SeqCst) >= self.most() {
                     // Taken meanwhile: the turns of the classes after stay as they are.
                     break;
                 }
@@ -379,17 +385,6 @@ impl Share {
     /// The query's estimated page reads, if it was estimated.
     pub fn estimated_reads(&self) -> Option<u64> {
         Some(self.estimated.load(Relaxed)).filter(|&r| r != NOT_ESTIMATED)
-    }
-
-    /// Notes whether the query runs beside short queries: long, it then leaves the reserve
-    /// free.
-    pub fn set_beside_short(&self, beside: bool) {
-        self.beside_short.store(beside, Relaxed);
-    }
-
-    /// Whether the query runs beside short queries (see [`Self::set_beside_short`]).
-    pub fn beside_short(&self) -> bool {
-        self.beside_short.load(Relaxed)
     }
 
     /// Whether the query was estimated to read more than `short_query_reads` pages.
@@ -655,22 +650,18 @@ mod tests {
     }
 
     #[test]
-    fn long_queries_leave_the_reserve_to_short_ones() {
+    fn the_reserve_above_the_cap_is_for_queries_not_long() {
         let a = Admission::new(10);
         a.set_reserve(4);
         let long = a.share(100, 256);
         long.set_estimated_reads(10_000);
-        // Alone, a long query may take the whole cap.
-        let alone: Vec<_> = std::iter::from_fn(|| long.try_acquire()).collect();
-        assert_eq!(alone.len(), 10);
-        drop(alone);
-        long.set_beside_short(true);
         let short = a.share(100, 256);
         short.set_estimated_reads(20);
         // Not estimated yet: not long, the reserve is open to it.
         let unknown = a.share(100, 256);
-        let mut long_held: Vec<_> = (0..6).map(|_| long.try_acquire().unwrap()).collect();
-        assert!(long.try_acquire().is_none(), "the last 4 are the reserve");
+        // A long query takes the whole cap, whoever runs beside it, and no more.
+        let mut long_held: Vec<_> = std::iter::from_fn(|| long.try_acquire()).collect();
+        assert_eq!(long_held.len(), 10);
         let mut long_wait = long.acquire(0);
         assert!(poll_once(&mut long_wait).is_none());
         // Short queries find the reserve free at once, though a long one waits.
@@ -678,26 +669,40 @@ mod tests {
             .map(|_| poll_once(&mut short.acquire(0)).expect("from the reserve"))
             .collect();
         let unknown_held = poll_once(&mut unknown.acquire(0)).expect("from the reserve");
-        assert_eq!((a.in_use(), long.in_use()), (10, 6));
-        // A long query's permit given back while short ones hold the reserve: only the
-        // reserve would be free, so the long query still waits.
+        assert_eq!((a.in_use(), long.in_use()), (14, 10));
+        let mut short_wait = short.acquire(0);
+        assert!(
+            poll_once(&mut short_wait).is_none(),
+            "cap and reserve taken"
+        );
+        // A long query's permit given back: the short request waiting goes first (smaller
+        // class), and the long one still waits while 10 or more are held.
         drop(long_held.pop());
+        short_held.push(poll_once(&mut short_wait).expect("the smaller class first"));
         assert!(poll_once(&mut long_wait).is_none());
-        // Once more than the reserve is free, it gets one.
-        drop(short_held.pop());
-        drop(long_held.pop());
-        drop(unknown_held);
+        drop((short_held.pop(), unknown_held));
+        assert_eq!(a.in_use(), 12);
         assert!(
             poll_once(&mut long_wait).is_none(),
-            "4 free of 10, reserve 4: not yet"
+            "12 held, cap 10: not yet"
+        );
+        drop((short_held.pop(), short_held.pop()));
+        assert!(
+            poll_once(&mut long_wait).is_none(),
+            "10 held, cap 10: not yet"
         );
         drop(short_held.pop());
-        let granted = poll_once(&mut long_wait).expect("more than the reserve free");
-        // Without a reserve a long query takes the whole cap.
+        let granted = poll_once(&mut long_wait).expect("below the cap");
+        assert_eq!((a.in_use(), long.in_use()), (10, 10));
+        // Without a reserve short queries wait for the cap too.
         a.set_reserve(0);
-        let more: Vec<_> = std::iter::from_fn(|| long.try_acquire()).collect();
-        assert_eq!(a.in_use(), 10, "{} more", more.len());
-        drop((granted, more, long_held, short_held));
+        assert!(short.try_acquire().is_none());
+        // A larger reserve lets a waiting short request go at once.
+        let mut short_wait = short.acquire(0);
+        assert!(poll_once(&mut short_wait).is_none());
+        a.set_reserve(1);
+        let last = poll_once(&mut short_wait).expect("the reserve grown");
+        drop((granted, long_held, last));
         assert_eq!((a.in_use(), a.waiting()), (0, 0));
     }
 
@@ -707,11 +712,10 @@ mod tests {
         a.set_reserve(2);
         let (long, short) = (a.share(100, 256), a.share(100, 256));
         long.set_estimated_reads(100_000);
-        long.set_beside_short(true);
         short.set_estimated_reads(20);
-        // Short queries hold all 4 and keep asking: without the fair turns the long query
-        // would never get one (more than the reserve is never free).
-        let mut held: Vec<_> = (0..4).map(|_| short.try_acquire().unwrap()).collect();
+        // Short queries hold the cap and the reserve and keep asking: without the fair turns
+        // the long query would never get one (the cap is never below its room).
+        let mut held: Vec<_> = (0..6).map(|_| short.try_acquire().unwrap()).collect();
         let mut long_wait = long.acquire(0);
         let mut short_waits: Vec<_> = (0..40).map(|_| short.acquire(0)).collect();
         assert!(poll_once(&mut long_wait).is_none());

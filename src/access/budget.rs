@@ -156,8 +156,7 @@ impl QueryIo {
     /// (see [`super::idle_lane`]) when `ooode.long_queries_idle_priority` is on, the query
     /// is long, another query is executing (see [`Self::open_stream`]) and a short query
     /// started an operator within the last seconds (a service's mix); None: on the caller's
-    /// runtime. The same mix decides whether the long query leaves admission's reserve to
-    /// short ones (see [`super::admission`]), whatever the lane's setting.
+    /// runtime.
     pub fn operator_lane(&self) -> Option<&tokio::runtime::Handle> {
         let rt = &self.runtime;
         if !self.is_long() {
@@ -167,8 +166,6 @@ impl QueryIo {
         }
         let others = rt.executing_queries() > usize::from(self.open_streams.load(Relaxed) > 0);
         let mixed = others && rt.short_query_within(SHORT_QUERIES_RECENT);
-        // Beside short queries it also leaves them admission's reserve.
-        self.share.set_beside_short(mixed);
         let lane = (self.config.long_queries_idle_priority && mixed)
             .then(|| rt.idle_lane())
             .flatten();
