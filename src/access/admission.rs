@@ -49,6 +49,7 @@ use foldhash::HashMap;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 
+use crate::config::MAX_READS_IN_FLIGHT;
 use crate::io::priority::{CLASSES, ClassTurns, UNKNOWN_CLASS, size_class, take_below};
 
 /// Levels of priority within a query (higher first); deeper levels share the last one.
@@ -300,9 +301,12 @@ impl Admission {
         }
     }
 
-    /// The most permits in flight: the cap and the reserve of short queries above it.
+    /// The most permits in flight: the cap and the reserve of short queries above it, but
+    /// no more than one ring of the engines holds (the cap itself is bounded so by the
+    /// settings), so that reads never wait in an engine for room.
     fn most(&self) -> usize {
-        self.cap.load(SeqCst) + self.reserve.load(SeqCst)
+        let cap = self.cap.load(SeqCst);
+        (cap + self.reserve.load(SeqCst)).min(MAX_READS_IN_FLIGHT.max(cap))
     }
 
     fn give_back(&self, share: &Share) {
@@ -759,6 +763,18 @@ mod tests {
         let third = poll_once(&mut low).expect("then the lower one");
         drop(third);
         assert_eq!((a.in_use(), a.waiting(), q.in_use()), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_reserve_stops_at_what_a_ring_holds() {
+        let a = Admission::new(MAX_READS_IN_FLIGHT - 2);
+        a.set_reserve(MAX_READS_IN_FLIGHT / 2);
+        let short = a.share(2 * MAX_READS_IN_FLIGHT, 256);
+        short.set_estimated_reads(20);
+        let held: Vec<_> = std::iter::from_fn(|| short.try_acquire()).collect();
+        assert_eq!(held.len(), MAX_READS_IN_FLIGHT, "2 of the reserve, no more");
+        drop(held);
+        assert_eq!(a.in_use(), 0);
     }
 
     #[test]
