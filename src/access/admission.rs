@@ -8,10 +8,11 @@
 //!        │                ──> permit (three atomic additions, no lock)
 //!        └─ else: queued under the query, at the step's level ──> pending
 //!   a permit dropped ──> counts back ──> if anyone waits: lock, dispatch:
-//!        while there is room (cap, and reserve for all but long queries): a query of the smallest size class that waits
-//!        and is below its own limit (round robin within the class; one grant in FAIR_EVERY
-//!        to the classes in turn, which may use the reserve) gets one permit, for its waiter of the highest level
-//!        (closest to the output: finished work leaves memory first)
+//!        while there is room (the cap, and the reserve for all but long queries): a query
+//!        of the smallest size class that waits and is below its own limit (round robin
+//!        within the class; one grant in FAIR_EVERY to the classes in turn, which may use
+//!        the reserve) gets one permit, for its waiter of the highest level (closest to
+//!        the output: finished work leaves memory first)
 //! ```
 //!
 //! Size classes are log2 of the page reads the optimizer estimated for the query's plan.
