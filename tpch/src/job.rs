@@ -101,7 +101,7 @@ pub fn run(data: &DataSet, out: &Path, limit: Duration) -> Result<RunReport, Box
         crate::fresh::format_report(&fresh)
     );
     eprintln!("== Planning the many-clients queries, hot");
-    let plans = runtime.block_on(crate::plans::run(data, PLANS_PER_QUERY))?;
+    let plans = runtime.block_on(crate::plans::run(data, PLANS_PER_QUERY, &[]))?;
     println!("\n{}", crate::plans::format(&plans, PLANS_PER_QUERY));
     eprintln!("== Many clients at once");
     let clients = [1, 4, 16, 64];

@@ -286,6 +286,10 @@ enum Command {
         /// Plans per query and engine.
         #[arg(long, default_value_t = 300)]
         count: usize,
+        /// ooode settings for ooode's session, as name=value (repeatable), e.g.
+        /// `--set ooode.columnar_scan=false`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
     },
     /// What checksumming a page costs with each CRC-32C implementation, side by side.
     Checksum {
@@ -656,13 +660,14 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
             })?;
         }
-        Command::Plans { sf, count } => {
+        Command::Plans { sf, count, set } => {
             let data = DataSet::new(default_root(&PathBuf::from("data"), sf), sf);
             ensure_dataset(&data, false)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let results = runtime.block_on(ooode_tpch::plans::run(&data, count))?;
+            let results =
+                runtime.block_on(ooode_tpch::plans::run(&data, count, &set_statements(&set)?))?;
             print!("{}", ooode_tpch::plans::format(&results, count));
         }
         Command::Checksum { spread_mib, rounds } => {

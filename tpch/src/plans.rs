@@ -17,7 +17,7 @@ use ooode_providers::PreparedQuery;
 
 use crate::concurrency::{between_sql, range_sql};
 use crate::datagen::DataSet;
-use crate::runner::{contexts, median, query_rows};
+use crate::runner::{contexts, median, query_rows, run_sql};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -111,9 +111,17 @@ pub struct PlanRow {
     pub stock: PlanPhases,
 }
 
-/// Plans each query `count` times on each engine.
-pub async fn run(data: &DataSet, count: usize) -> Result<Vec<PlanRow>, BoxError> {
+/// Plans each query `count` times on each engine; `settings` are further `SET` statements
+/// for ooode's session.
+pub async fn run(
+    data: &DataSet,
+    count: usize,
+    settings: &[String],
+) -> Result<Vec<PlanRow>, BoxError> {
     let (stock, ooode) = contexts(data).await?;
+    for s in settings {
+        run_sql(&ooode, s).await?;
+    }
     let customers = crate::tables::expected_rows("customer", data.sf).unwrap_or(150_000);
     let mut out = Vec::new();
     let prepared = between_sql("$1", "$2");
