@@ -32,6 +32,7 @@ pub mod checked_store;
 pub mod compact;
 pub mod factory;
 pub mod insert;
+mod parquet_copy;
 pub mod prepared;
 pub mod provider;
 pub mod register;

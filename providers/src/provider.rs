@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::TableParquetOptions;
 use datafusion::common::not_impl_err;
 use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, DataFusionError, Result, Statistics};
@@ -25,6 +26,7 @@ use ooode::storage::columnar_sums::BlockSums;
 use ooode::storage::segments::{SEGMENTS_FILE, SegmentList};
 
 use crate::checked_store::CheckedStore;
+use crate::parquet_copy::{CopyFile, ParquetCopyScan};
 
 /// A table stored in the ooode format.
 ///
@@ -296,36 +298,40 @@ impl OoodeTable {
         }
     }
 
-    /// DataFusion's own Parquet scan of the table's columnar copy: the plan a ListingTable of
-    /// that one file makes, built from the file's metadata and statistics kept here (a
-    /// ListingTable lists and stats the file on every scan: a fifth of planning a point query).
+    /// The scan of the columnar copies `copies` (of segments of this table), described: it is
+    /// built only if no index plan replaces the ooode scan. A ListingTable lists and stats the
+    /// files on every scan (a fifth of planning a point query); their metadata and statistics
+    /// are kept here.
     async fn parquet_scan(
         &self,
         state: &dyn Session,
-        table: &Arc<Table>,
-        file: &Path,
+        copies: Vec<(&Arc<Table>, PathBuf)>,
         projection: &[usize],
         limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        use datafusion::datasource::file_format::FileFormat;
-        use datafusion::datasource::file_format::parquet::ParquetFormat;
-        use datafusion::datasource::listing::PartitionedFile;
-        use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
-        use datafusion::datasource::table_schema::TableSchema;
-        let columnar = self.columnar_file(state, table, file).await?;
-        let stats = columnar.statistics.clone();
-        let part = PartitionedFile::from(columnar.meta.clone()).with_statistics(stats.clone());
-        let group = FileGroup::new(vec![part]).with_statistics(stats.clone());
-        let format = ParquetFormat::default();
-        let source = format.file_source(TableSchema::from(self.schema.clone()));
-        let store_url = columnar.register(state);
-        let config = FileScanConfigBuilder::new(store_url, source)
-            .with_file_groups(vec![group])
-            .with_statistics(stats.as_ref().clone())
-            .with_projection_indices(Some(projection.to_vec()))?
-            .with_limit(limit)
-            .build();
-        format.create_physical_plan(state, config).await
+    ) -> Result<ParquetCopyScan> {
+        let mut files = Vec::with_capacity(copies.len());
+        for (segment, path) in copies {
+            let columnar = self.columnar_file(state, segment, &path).await?;
+            files.push(CopyFile {
+                meta: columnar.meta.clone(),
+                statistics: columnar.statistics.clone(),
+                store_url: columnar.register(state),
+            });
+        }
+        // The session's `datafusion.execution.parquet.*` settings, as a ListingTable reads
+        // them.
+        let options = TableParquetOptions {
+            global: state.config_options().execution.parquet.clone(),
+            ..Default::default()
+        };
+        ParquetCopyScan::new(
+            state.runtime_env().clone(),
+            options,
+            self.schema.clone(),
+            files,
+            projection,
+            limit,
+        )
     }
 
     /// The columnar copy's object metadata, checksums and statistics, read once per version
@@ -524,18 +530,8 @@ impl OoodeTable {
             .collect();
         match copies {
             Some(copies) if config.columnar_scan => {
-                let mut plans = Vec::with_capacity(copies.len());
-                for (segment, path) in copies {
-                    plans.push(
-                        self.parquet_scan(state, segment, &path, projection, limit)
-                            .await?,
-                    );
-                }
-                let parquet = match plans.len() {
-                    1 => plans.remove(0),
-                    _ => datafusion::physical_plan::union::UnionExec::try_new(plans)?,
-                };
-                Ok(Arc::new(scan.with_columnar(parquet)))
+                let parquet = self.parquet_scan(state, copies, projection, limit).await?;
+                Ok(Arc::new(scan.with_columnar_scan(Arc::new(parquet))))
             }
             _ => Ok(Arc::new(scan)),
         }

@@ -568,3 +568,127 @@ async fn hot_index_scans_equal_cold_ones() {
         }
     }
 }
+
+/// The first `OoodeScanExec` of `plan`.
+fn ooode_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<&ooode::exec::OoodeScanExec> {
+    if let Some(scan) = plan.downcast_ref::<ooode::exec::OoodeScanExec>() {
+        return Some(scan);
+    }
+    plan.children().into_iter().find_map(ooode_scan)
+}
+
+/// A scan's Parquet copy is described when the table is scanned and built only for scans no
+/// index plan replaces: before it is built, DataFusion's rules see the statistics the built
+/// scan reports (one segment and several); a plan run without the index rule builds it when
+/// executed; after the rule, a kept scan reads through the built Parquet scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_copy_is_built_only_for_kept_scans() {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ooode_providers::ooode_context(SessionConfig::new());
+    sql(&ctx, "CREATE TABLE src AS SELECT value AS id, value % 7 AS grp, concat('n', value) AS name FROM generate_series(1, 3000)").await.unwrap();
+    copy_src_to_t(
+        &ctx,
+        dir.path(),
+        "'ooode.clustering_key' 'id', 'ooode.indexes' 'grp'",
+    )
+    .await;
+    // No physical optimizer rule: the plan as the table scanned it.
+    let bare = SessionContext::new_with_state(
+        SessionStateBuilder::new_from_existing(ctx.state())
+            .with_physical_optimizer_rules(vec![])
+            .build(),
+    );
+    let query = "SELECT name, id FROM t";
+    for segments in [1, 2] {
+        if segments == 2 {
+            sql(
+                &ctx,
+                "INSERT INTO t VALUES (3001, 5, 'n3001'), (3002, 6, 'n3002')",
+            )
+            .await
+            .unwrap();
+            sql(
+                &ctx,
+                "INSERT INTO src VALUES (3001, 5, 'n3001'), (3002, 6, 'n3002')",
+            )
+            .await
+            .unwrap();
+        }
+        let plan = bare
+            .sql(query)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let scan = ooode_scan(&plan).expect("an ooode scan");
+        assert!(scan.is_columnar() && scan.columnar().is_none(), "{scan:?}");
+        assert_eq!(
+            scan.properties().partitioning.partition_count(),
+            segments,
+            "one partition per segment's copy"
+        );
+        let built = scan
+            .build_columnar()
+            .unwrap()
+            .expect("a Parquet scan to build");
+        assert!(built.columnar().is_some());
+        for partition in [None, Some(0), Some(segments - 1)] {
+            let args = StatisticsArgs::new().with_partition(partition);
+            let described = StatisticsContext::new().compute(scan, &args).unwrap();
+            let from_built = StatisticsContext::new().compute(&built, &args).unwrap();
+            assert_eq!(described, from_built, "{segments} segments, {partition:?}");
+        }
+        let rows = if segments == 1 { 3000 } else { 3002 };
+        let stats = StatisticsContext::new()
+            .compute(scan, &StatisticsArgs::new())
+            .unwrap();
+        assert_eq!(
+            stats.num_rows,
+            datafusion::common::stats::Precision::Exact(rows)
+        );
+        // Executed without the rule, the scan builds its Parquet scan itself (and nothing
+        // merges its partitions: the rows are compared sorted).
+        let batches = datafusion::physical_plan::collect(plan, bare.task_ctx())
+            .await
+            .unwrap();
+        let got =
+            datafusion::datasource::MemTable::try_new(batches[0].schema(), vec![batches]).unwrap();
+        ctx.deregister_table("got").unwrap();
+        ctx.register_table("got", Arc::new(got)).unwrap();
+        let got = sql(&ctx, "SELECT name, id FROM got ORDER BY id")
+            .await
+            .unwrap();
+        let want = sql(&ctx, "SELECT name, id FROM src ORDER BY id")
+            .await
+            .unwrap();
+        assert!(got == want, "{segments} segments: rows differ");
+    }
+
+    // With the rules: the scan a filter's index plan replaced was never built (EXPLAIN
+    // VERBOSE's initial plan shows it unbuilt); a kept scan reads through DataFusion's own.
+    sql(&ctx, "SET ooode.index_join = 'always'").await.unwrap();
+    let verbose = sql(&ctx, "EXPLAIN VERBOSE SELECT name FROM t WHERE id = 17")
+        .await
+        .unwrap();
+    assert!(verbose.contains("reads=parquet copy"), "{verbose}");
+    assert!(!verbose.contains("DataSourceExec"), "{verbose}");
+    let kept = sql(&ctx, "EXPLAIN SELECT name FROM t WHERE name LIKE 'n1%'")
+        .await
+        .unwrap();
+    assert!(
+        kept.contains("reads=parquet copy") && kept.contains("DataSourceExec"),
+        "{kept}"
+    );
+    assert_eq!(
+        sql(&ctx, "SELECT count(*) FROM t WHERE name LIKE 'n1%'")
+            .await
+            .unwrap(),
+        sql(&ctx, "SELECT count(*) FROM src WHERE name LIKE 'n1%'")
+            .await
+            .unwrap()
+    );
+}

@@ -154,4 +154,4 @@ pub use crate::access::ScanEstimate;
 pub use crate::config::{ExecutionMode, IndexJoinMode, OoodeConfig};
 pub use index_join::{IndexJoinBuilder, IndexJoinExec, IndexJoinKind, InnerSide};
 pub use index_scan::{IndexScanBuilder, IndexScanExec};
-pub use scan::OoodeScanExec;
+pub use scan::{ColumnarScan, OoodeScanExec};

@@ -451,6 +451,23 @@ pub fn restore_join_output(
 /// The budget of the query `plan` belongs to: the one its first ooode table scan was
 /// planned with (each scan makes one as DataFusion asks the provider for it; the rule gives
 /// every node of the plan the first, so a query has one).
+/// Builds the Parquet scans of the ooode scans no index plan replaced (the others are never
+/// built), so that DataFusion's later rules repartition them and push dynamic filters into
+/// them as into a stock scan.
+fn build_kept_columnar_scans(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let built = match node.downcast_ref::<OoodeScanExec>() {
+            Some(scan) => scan.build_columnar()?,
+            None => None,
+        };
+        Ok(match built {
+            Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
+            None => Transformed::no(node),
+        })
+    })
+    .map(|t| t.data)
+}
+
 fn query_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
     if let Some(scan) = plan.downcast_ref::<OoodeScanExec>() {
         return Some(scan.query().clone());
@@ -541,6 +558,7 @@ impl PhysicalOptimizerRule for OoodeIndexRule {
                 Ok(Transformed::no(node))
             })
             .map(|t| t.data)?;
+        let plan = build_kept_columnar_scans(plan)?;
         let reads = planner.estimated_reads(&plan);
         planner
             .query

@@ -29,6 +29,34 @@ use crate::exec::index_scan::stream::{Pages, ScanWork, run};
 use crate::exec::metrics::{NodeMetrics, Published};
 use crate::io::IoMetrics;
 
+/// A scan of a table's Parquet copy, described but not yet built: DataFusion's rules that run
+/// before the index rule see its partitions and statistics, and it is built (by the index
+/// rule, or when executed) only where no index plan replaces the ooode scan. Most scans of a
+/// selective query are replaced, and building one is a tenth of planning such a query.
+pub trait ColumnarScan: fmt::Debug + Send + Sync {
+    /// The built scan's output partitions (before DataFusion repartitions it).
+    fn partitions(&self) -> usize;
+    /// The built scan's statistics: of its whole output (None) or of one partition.
+    fn statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>>;
+    /// Builds the scan.
+    fn build(&self) -> Result<Arc<dyn ExecutionPlan>>;
+}
+
+/// What an [`OoodeScanExec`] reads.
+#[derive(Debug, Clone)]
+enum Reads {
+    /// The heap's pages, through admission.
+    Heap,
+    /// The Parquet copy, through a scan built when first needed (one scan for all of the
+    /// node's partitions: a file scan's partitions share its state).
+    Described {
+        scan: Arc<dyn ColumnarScan>,
+        built: Arc<std::sync::OnceLock<Arc<dyn ExecutionPlan>>>,
+    },
+    /// The Parquet copy, through this scan (its child).
+    Built(Arc<dyn ExecutionPlan>),
+}
+
 /// Reads a whole ooode table.
 #[derive(Debug, Clone)]
 pub struct OoodeScanExec {
@@ -42,8 +70,8 @@ pub struct OoodeScanExec {
     /// Registered once: EXPLAIN ANALYZE sums same-named metrics over registrations.
     node_metrics: Arc<std::sync::OnceLock<NodeMetrics>>,
     properties: Arc<PlanProperties>,
-    /// A scan of the table's Parquet copy that does the reading, when set.
-    columnar: Option<Arc<dyn ExecutionPlan>>,
+    /// What it reads.
+    reads: Reads,
     /// Range counts made and a read-ahead started while it was planned (the index scan that
     /// replaces this node takes the read-ahead over).
     plan_reads: Arc<PlanReads>,
@@ -80,7 +108,7 @@ impl OoodeScanExec {
             metrics: ExecutionPlanMetricsSet::new(),
             node_metrics: Default::default(),
             properties,
-            columnar: None,
+            reads: Reads::Heap,
             plan_reads: Default::default(),
             heap_partitions: partitions,
         })
@@ -111,8 +139,44 @@ impl OoodeScanExec {
     pub fn with_columnar(self, columnar: Arc<dyn ExecutionPlan>) -> Self {
         Self {
             properties: columnar.properties().clone(),
-            columnar: Some(columnar),
+            reads: Reads::Built(columnar),
             ..self
+        }
+    }
+
+    /// The same scan reading through the Parquet copy's `scan`, built only when needed
+    /// ([`Self::build_columnar`], or when executed).
+    pub fn with_columnar_scan(self, scan: Arc<dyn ColumnarScan>) -> Self {
+        let partitions = scan.partitions().max(1);
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(self.schema.clone()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            properties,
+            reads: Reads::Described {
+                scan,
+                built: Default::default(),
+            },
+            ..self
+        }
+    }
+
+    /// The same scan with its Parquet copy's scan built and made its child (None: it has
+    /// none to build). The index rule calls this for the scans it keeps, so that DataFusion's
+    /// later rules (repartitioning, dynamic filters) work on the Parquet scan.
+    pub fn build_columnar(&self) -> Result<Option<Self>> {
+        match &self.reads {
+            Reads::Described { scan, built } => {
+                let columnar = match built.get() {
+                    Some(plan) => plan.clone(),
+                    None => scan.build()?,
+                };
+                Ok(Some(self.clone().with_columnar(columnar)))
+            }
+            Reads::Heap | Reads::Built(_) => Ok(None),
         }
     }
 
@@ -137,7 +201,7 @@ impl OoodeScanExec {
 
     /// Whether it reads the table's Parquet copy (not the heap's pages, through admission).
     pub fn is_columnar(&self) -> bool {
-        self.columnar.is_some()
+        !matches!(self.reads, Reads::Heap)
     }
 
     /// The table.
@@ -170,9 +234,12 @@ impl OoodeScanExec {
         self.heap_partitions
     }
 
-    /// The scan of the table's Parquet copy that does the reading, if any.
+    /// The scan of the table's Parquet copy that does the reading, if built.
     pub fn columnar(&self) -> Option<&Arc<dyn ExecutionPlan>> {
-        self.columnar.as_ref()
+        match &self.reads {
+            Reads::Built(plan) => Some(plan),
+            Reads::Heap | Reads::Described { .. } => None,
+        }
     }
 
     /// The same scan reading under another query budget.
@@ -186,7 +253,7 @@ impl OoodeScanExec {
 
 impl DisplayAs for OoodeScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let reads = if self.columnar.is_some() {
+        let reads = if self.is_columnar() {
             "parquet copy"
         } else {
             "heap"
@@ -223,7 +290,7 @@ impl ExecutionPlan for OoodeScanExec {
     /// The Parquet copy's scan, when it does the reading, is a child so that DataFusion's
     /// dynamic filters (hash join build sides, TopK) reach it as they reach a stock scan.
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        self.columnar.iter().collect()
+        self.columnar().into_iter().collect()
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
@@ -265,8 +332,10 @@ impl ExecutionPlan for OoodeScanExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.into_iter().next(), &self.columnar) {
-            (Some(child), Some(_)) => Ok(Arc::new(self.as_ref().clone().with_columnar(child))),
+        match (children.into_iter().next(), &self.reads) {
+            (Some(child), Reads::Built(_)) => {
+                Ok(Arc::new(self.as_ref().clone().with_columnar(child)))
+            }
             _ => Ok(self),
         }
     }
@@ -286,8 +355,20 @@ impl ExecutionPlan for OoodeScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if let Some(columnar) = &self.columnar {
-            return columnar.execute(partition, context);
+        match &self.reads {
+            Reads::Built(columnar) => return columnar.execute(partition, context),
+            Reads::Described { scan, built } => {
+                // Partitions executed at once may each build it; all use the first one kept.
+                let columnar = match built.get() {
+                    Some(plan) => plan.clone(),
+                    None => {
+                        let plan = scan.build()?;
+                        built.get_or_init(|| plan).clone()
+                    }
+                };
+                return columnar.execute(partition, context);
+            }
+            Reads::Heap => {}
         }
         let parts = self.properties.partitioning.partition_count() as u64;
         let pages = self.table.heap_pages();
@@ -346,9 +427,12 @@ impl ExecutionPlan for OoodeScanExec {
         // Reading through the Parquet copy, DataFusion sees what it sees for a stock Parquet
         // scan (row count, sizes, column min/max/nulls from the footer), so where no index
         // plan is chosen it plans the same joins as over Parquet.
-        let mut stats = match input_stats.first() {
-            Some(child) => child.as_ref().clone(),
-            None => {
+        let mut stats = match (input_stats.first(), &self.reads) {
+            (Some(child), _) => child.as_ref().clone(),
+            (None, Reads::Described { scan, .. }) => {
+                scan.statistics(args.partition())?.as_ref().clone()
+            }
+            (None, _) => {
                 let rows = self.table.row_count() as usize;
                 let parts = self.properties.partitioning.partition_count();
                 let mut stats = Statistics::new_unknown(&self.schema);

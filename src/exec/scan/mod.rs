@@ -2,4 +2,4 @@
 
 mod exec;
 
-pub use exec::OoodeScanExec;
+pub use exec::{ColumnarScan, OoodeScanExec};
