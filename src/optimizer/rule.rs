@@ -448,9 +448,6 @@ pub fn restore_join_output(
     Ok(Arc::new(ProjectionExec::try_new(exprs, node)?))
 }
 
-/// The budget of the query `plan` belongs to: the one its first ooode table scan was
-/// planned with (each scan makes one as DataFusion asks the provider for it; the rule gives
-/// every node of the plan the first, so a query has one).
 /// Builds the Parquet scans of the ooode scans no index plan replaced (the others are never
 /// built), so that DataFusion's later rules repartition them and push dynamic filters into
 /// them as into a stock scan.
@@ -468,6 +465,9 @@ fn build_kept_columnar_scans(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Exe
     .map(|t| t.data)
 }
 
+/// The budget of the query `plan` belongs to: the one its first ooode table scan was
+/// planned with (each scan makes one as DataFusion asks the provider for it; the rule gives
+/// every node of the plan the first, so a query has one).
 fn query_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
     if let Some(scan) = plan.downcast_ref::<OoodeScanExec>() {
         return Some(scan.query().clone());

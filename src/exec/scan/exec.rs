@@ -57,6 +57,35 @@ enum Reads {
     Built(Arc<dyn ExecutionPlan>),
 }
 
+impl Reads {
+    /// The Parquet scan that does the reading (None: it reads the heap), built now if it is
+    /// only described. Built once per node: a file scan's partitions share its state, and
+    /// partitions executed at once, each building it, all use the first one kept.
+    fn columnar_plan(&self) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        match self {
+            Reads::Heap => Ok(None),
+            Reads::Built(plan) => Ok(Some(plan.clone())),
+            Reads::Described { scan, built } => Ok(Some(match built.get() {
+                Some(plan) => plan.clone(),
+                None => {
+                    let plan = scan.build()?;
+                    built.get_or_init(|| plan).clone()
+                }
+            })),
+        }
+    }
+}
+
+/// Plan properties of a scan producing `schema` in `partitions` partitions, in no order.
+fn unordered_properties(schema: &SchemaRef, partitions: usize) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema.clone()),
+        Partitioning::UnknownPartitioning(partitions),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    ))
+}
+
 /// Reads a whole ooode table.
 #[derive(Debug, Clone)]
 pub struct OoodeScanExec {
@@ -92,12 +121,7 @@ impl OoodeScanExec {
         let schema = Arc::new(table.table().schema().project(&projection)?);
         let pages = table.heap_pages() as usize;
         let partitions = partitions.clamp(1, pages.max(1));
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(partitions),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = unordered_properties(&schema, partitions);
         Ok(Self {
             table,
             name: name.into(),
@@ -147,15 +171,8 @@ impl OoodeScanExec {
     /// The same scan reading through the Parquet copy's `scan`, built only when needed
     /// ([`Self::build_columnar`], or when executed).
     pub fn with_columnar_scan(self, scan: Arc<dyn ColumnarScan>) -> Self {
-        let partitions = scan.partitions().max(1);
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(self.schema.clone()),
-            Partitioning::UnknownPartitioning(partitions),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
         Self {
-            properties,
+            properties: unordered_properties(&self.schema, scan.partitions().max(1)),
             reads: Reads::Described {
                 scan,
                 built: Default::default(),
@@ -169,13 +186,10 @@ impl OoodeScanExec {
     /// later rules (repartitioning, dynamic filters) work on the Parquet scan.
     pub fn build_columnar(&self) -> Result<Option<Self>> {
         match &self.reads {
-            Reads::Described { scan, built } => {
-                let columnar = match built.get() {
-                    Some(plan) => plan.clone(),
-                    None => scan.build()?,
-                };
-                Ok(Some(self.clone().with_columnar(columnar)))
-            }
+            Reads::Described { .. } => Ok(self
+                .reads
+                .columnar_plan()?
+                .map(|columnar| self.clone().with_columnar(columnar))),
             Reads::Heap | Reads::Built(_) => Ok(None),
         }
     }
@@ -355,20 +369,8 @@ impl ExecutionPlan for OoodeScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        match &self.reads {
-            Reads::Built(columnar) => return columnar.execute(partition, context),
-            Reads::Described { scan, built } => {
-                // Partitions executed at once may each build it; all use the first one kept.
-                let columnar = match built.get() {
-                    Some(plan) => plan.clone(),
-                    None => {
-                        let plan = scan.build()?;
-                        built.get_or_init(|| plan).clone()
-                    }
-                };
-                return columnar.execute(partition, context);
-            }
-            Reads::Heap => {}
+        if let Some(columnar) = self.reads.columnar_plan()? {
+            return columnar.execute(partition, context);
         }
         let parts = self.properties.partitioning.partition_count() as u64;
         let pages = self.table.heap_pages();
