@@ -33,6 +33,7 @@ pub mod compact;
 pub mod factory;
 pub mod insert;
 mod parquet_copy;
+pub mod plan_cache;
 pub mod prepared;
 pub mod provider;
 pub mod register;
@@ -42,6 +43,7 @@ pub mod writer;
 
 pub use compact::{CompactFunction, CompactReport, compact_table};
 pub use factory::OoodeTableFactory;
+pub use plan_cache::{PlanCache, PlanCacheStats, PlannedSql};
 pub use prepared::PreparedQuery;
 pub use provider::OoodeTable;
 pub use register::{ooode_context, ooode_runtime, with_ooode};

@@ -5,8 +5,8 @@
 //! Why: a service sends the same few query shapes again and again, and with many clients on
 //! small data DataFusion's planning is most of a query's CPU (SQL to a logical plan and the
 //! logical optimizer about half of the planning; the log has the profile). DataFusion's own
-//! `PREPARE` / `EXECUTE` keeps the plan before optimization and optimizes it on every
-//! `EXECUTE`.
+//! `PREPARE` / `EXECUTE` runs the logical optimizer again on every `EXECUTE`. For SQL text
+//! with its values written in, [`crate::PlanCache`] does the same without preparing.
 //!
 //! What is fixed when preparing: the tables (their providers; an ooode table still sees rows
 //! inserted since and a replaced copy) and the logical optimizer's settings. Everything
@@ -46,8 +46,13 @@ use datafusion::prelude::SessionContext;
 #[derive(Clone)]
 pub struct PreparedQuery {
     ctx: SessionContext,
-    /// Analyzed and optimized, placeholders in place of values.
+    /// Analyzed and optimized, placeholders in place of values; as planned from the SQL where
+    /// `reoptimize` is set.
     plan: Arc<LogicalPlan>,
+    /// The plan calls functions that are not immutable (`now()`): the logical optimizer
+    /// evaluates some of them, so it runs again for each execution, at its time (as
+    /// DataFusion's `EXECUTE` does).
+    reoptimize: bool,
     /// Each placeholder (`$1`, `$name`) with the field its value must fit, ordered by id
     /// (positional ones by number).
     parameters: Vec<(String, FieldRef)>,
@@ -74,10 +79,16 @@ impl PreparedQuery {
             plan => (plan, Vec::new()),
         };
         let parameters = parameters(&plan, &declared)?;
-        let plan = Arc::new(state.optimize(&plan)?);
+        let reoptimize = !crate::plan_cache::calls_only_immutable(&plan);
+        let plan = if reoptimize {
+            Arc::new(plan)
+        } else {
+            Arc::new(state.optimize(&plan)?)
+        };
         Ok(Self {
             ctx: ctx.clone(),
             plan,
+            reoptimize,
             parameters,
         })
     }
@@ -87,7 +98,9 @@ impl PreparedQuery {
         &self.parameters
     }
 
-    /// The optimized logical plan, placeholders in place of values.
+    /// The optimized logical plan, placeholders in place of values (not yet optimized where
+    /// it calls functions that are not immutable, such as `now()`: those plans are optimized
+    /// for each execution).
     pub fn logical_plan(&self) -> &LogicalPlan {
         &self.plan
     }
@@ -99,6 +112,11 @@ impl PreparedQuery {
         let bound = self.bind(values.into())?;
         let plan = (*self.plan).clone().replace_params_with_values(&bound)?;
         let state = self.ctx.state();
+        let plan = if self.reoptimize {
+            state.optimize(&plan)?
+        } else {
+            plan
+        };
         state
             .query_planner()
             .create_physical_plan(&plan, &state)

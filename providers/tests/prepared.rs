@@ -409,3 +409,39 @@ fn random_values_give_the_rows_of_the_sql_with_them_written_in() {
         })
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn now_is_the_time_of_each_execution_not_of_preparing() {
+    let ctx = SessionContext::new();
+    let q = PreparedQuery::new(&ctx, "PREPARE q(BIGINT) AS SELECT now() AS at, $1 AS v")
+        .await
+        .unwrap();
+    let at = |batches: Vec<datafusion::arrow::record_batch::RecordBatch>| {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::TimestampNanosecondType;
+        batches[0]
+            .column(0)
+            .as_primitive::<TimestampNanosecondType>()
+            .value(0)
+    };
+    let mut last = 0;
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let before = chrono_like_now_nanos();
+        let value = at(q.collect(vec![ScalarValue::from(1i64)]).await.unwrap());
+        assert!(
+            value >= before,
+            "now() {value} is before the execution {before}"
+        );
+        assert!(value > last);
+        last = value;
+    }
+}
+
+/// Nanoseconds since the epoch, as `now()` gives them.
+fn chrono_like_now_nanos() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_nanos()).unwrap()
+}

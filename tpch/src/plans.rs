@@ -7,13 +7,14 @@
 //! at a time, alternating between the engines so that the machine's drift hits both alike.
 //! Beside the three phases of planning SQL text, the same query prepared once
 //! ([`ooode_providers::PreparedQuery`]) is bound and planned physically, as a service's
-//! prepared statement is at each execution.
+//! prepared statement is at each execution, and the SQL text through a plan cache
+//! ([`ooode_providers::PlanCache`]): its shape planned once, the values taken from the text.
 
 use std::time::{Duration, Instant};
 
 use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
-use ooode_providers::PreparedQuery;
+use ooode_providers::{PlanCache, PreparedQuery};
 
 use crate::concurrency::{between_sql, range_sql};
 use crate::datagen::DataSet;
@@ -36,6 +37,10 @@ pub struct PlanPhases {
     /// The query prepared once: binding its values and the physical plan.
     #[serde(default)]
     pub prepared_ms: f64,
+    /// The SQL text through a plan cache holding its shape: parsing, taking the values out,
+    /// binding them and the physical plan.
+    #[serde(default)]
+    pub cached_ms: f64,
 }
 
 /// One phase's times, then their medians.
@@ -46,6 +51,7 @@ struct Samples {
     physical: Vec<f64>,
     total: Vec<f64>,
     prepared: Vec<f64>,
+    cached: Vec<f64>,
 }
 
 impl Samples {
@@ -78,6 +84,22 @@ impl Samples {
         Ok(())
     }
 
+    async fn cached_once(
+        &mut self,
+        cache: &PlanCache,
+        ctx: &SessionContext,
+        sql: &str,
+    ) -> Result<(), BoxError> {
+        let start = Instant::now();
+        let planned = cache.plan(ctx, sql).await?;
+        self.cached.push(start.elapsed().as_secs_f64() * 1e3);
+        if !planned.reused {
+            return Err(format!("the plan cache planned {sql} again").into());
+        }
+        std::hint::black_box(planned);
+        Ok(())
+    }
+
     fn medians(self) -> PlanPhases {
         PlanPhases {
             sql_ms: median(self.sql),
@@ -85,6 +107,7 @@ impl Samples {
             physical_ms: median(self.physical),
             total_ms: median(self.total),
             prepared_ms: median(self.prepared),
+            cached_ms: median(self.cached),
         }
     }
 }
@@ -135,12 +158,17 @@ pub async fn run(
         // then in memory, as in a service that has run a while.
         query_rows(&ooode, &sql).await?;
         query_rows(&stock, &sql).await?;
+        let cache = PlanCache::new(16);
+        cache.plan(&ooode, &sql).await?;
+        cache.plan(&stock, &sql).await?;
         let (mut on_ooode, mut on_stock) = (Samples::default(), Samples::default());
         for _ in 0..count {
             on_ooode.plan_once(&ooode, &sql).await?;
             on_stock.plan_once(&stock, &sql).await?;
             on_ooode.bind_once(&prepared_ooode, lo, hi).await?;
             on_stock.bind_once(&prepared_stock, lo, hi).await?;
+            on_ooode.cached_once(&cache, &ooode, &sql).await?;
+            on_stock.cached_once(&cache, &stock, &sql).await?;
         }
         out.push(PlanRow {
             query: name,
@@ -155,8 +183,8 @@ pub async fn run(
 pub fn format(results: &[PlanRow], count: usize) -> String {
     let mut out = format!(
         "Planning, hot, median of {count} plans per engine (alternating), ms:\n{:<16} {:<19} \
-         {:>8} {:>8} {:>9} {:>8} {:>9}\n",
-        "query", "engine", "SQL", "logical", "physical", "total", "prepared"
+         {:>8} {:>8} {:>9} {:>8} {:>9} {:>8}\n",
+        "query", "engine", "SQL", "logical", "physical", "total", "prepared", "cached"
     );
     for row in results {
         for (engine, p) in [
@@ -164,14 +192,21 @@ pub fn format(results: &[PlanRow], count: usize) -> String {
             ("datafusion parquet", &row.stock),
         ] {
             out.push_str(&format!(
-                "{:<16} {engine:<19} {:>8.3} {:>8.3} {:>9.3} {:>8.3} {:>9.3}\n",
-                row.query, p.sql_ms, p.logical_ms, p.physical_ms, p.total_ms, p.prepared_ms
+                "{:<16} {engine:<19} {:>8.3} {:>8.3} {:>9.3} {:>8.3} {:>9.3} {:>8.3}\n",
+                row.query,
+                p.sql_ms,
+                p.logical_ms,
+                p.physical_ms,
+                p.total_ms,
+                p.prepared_ms,
+                p.cached_ms
             ));
         }
     }
     out.push_str(
         "prepared: the same query prepared once (PreparedQuery), each time its values bound \
-         and its physical plan made\n",
+         and its physical plan made; cached: the SQL text through a plan cache holding its \
+         shape (PlanCache)\n",
     );
     out
 }
@@ -195,8 +230,10 @@ pub fn plot(results: &[PlanRow]) -> String {
         &[
             series("ooode, SQL text", &|r| r.ooode.total_ms),
             series("ooode, prepared", &|r| r.ooode.prepared_ms),
+            series("ooode, plan cache", &|r| r.ooode.cached_ms),
             series("stock DataFusion, SQL text", &|r| r.stock.total_ms),
             series("stock DataFusion, prepared", &|r| r.stock.prepared_ms),
+            series("stock DataFusion, plan cache", &|r| r.stock.cached_ms),
         ],
     )
 }
@@ -212,6 +249,7 @@ mod tests {
             physical_ms: 0.9,
             total_ms,
             prepared_ms,
+            cached_ms: prepared_ms + 0.05,
         };
         PlanRow {
             query: "point (N = 1)".into(),
@@ -221,21 +259,23 @@ mod tests {
     }
 
     #[test]
-    fn the_table_and_the_plot_give_sql_and_prepared_for_both_engines() {
+    fn the_table_and_the_plot_give_sql_prepared_and_cached_for_both_engines() {
         let table = format(&[row()], 300);
         let ooode = table.lines().find(|l| l.contains("ooode (auto)")).unwrap();
-        assert!(ooode.ends_with("2.068     1.012"), "{ooode}");
+        assert!(ooode.ends_with("2.068     1.012    1.062"), "{ooode}");
         let plot = plot(&[row()]);
         for name in [
             "ooode, SQL text",
             "ooode, prepared",
             "stock DataFusion, SQL text",
             "stock DataFusion, prepared",
+            "ooode, plan cache",
+            "stock DataFusion, plan cache",
             "point (N = 1)",
         ] {
             assert!(plot.contains(name), "{name}");
         }
-        // Four bars (one per series, for the one query) and four legend boxes.
-        assert_eq!(plot.matches("<rect x=").count(), 4 + 4, "{plot}");
+        // Six bars (one per series, for the one query) and six legend boxes.
+        assert_eq!(plot.matches("<rect x=").count(), 6 + 6, "{plot}");
     }
 }

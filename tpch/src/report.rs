@@ -313,19 +313,25 @@ fn concurrency_plots(
             }),
         ]
     }));
-    // The prepared runs (at the largest client count only) as points beside the lines.
+    // The prepared and plan-cache runs (at the largest client count only) as points beside
+    // the lines.
     let mut throughput = series(&|p| p.qps);
-    throughput.extend(engines.iter().map(|e| {
-        Series {
-            name: format!("{e}, prepared"),
-            points: r
-                .points
-                .iter()
-                .filter(|p| p.engine == *e && p.workload == crate::concurrency::PREPARED)
-                .map(|p| (p.clients as f64, p.qps))
-                .collect(),
-        }
-    }));
+    for (label, workload) in [
+        ("prepared", crate::concurrency::PREPARED),
+        ("plan cache", crate::concurrency::PLAN_CACHE),
+    ] {
+        throughput.extend(engines.iter().map(|e| {
+            Series {
+                name: format!("{e}, {label}"),
+                points: r
+                    .points
+                    .iter()
+                    .filter(|p| p.engine == *e && p.workload == workload)
+                    .map(|p| (p.clients as f64, p.qps))
+                    .collect(),
+            }
+        }));
+    }
     throughput.retain(|s| !s.points.is_empty());
     vec![
         (

@@ -15,7 +15,7 @@ use ooode::access::QueryIo;
 use ooode::exec::{IndexJoinExec, IndexScanExec, OoodeScanExec};
 use ooode::io::IoEngine;
 use ooode::io::metrics::process_cpu_time;
-use ooode_providers::PreparedQuery;
+use ooode_providers::{PlanCache, PreparedQuery};
 
 use crate::datagen::DataSet;
 use crate::depth::DepthSampler;
@@ -23,6 +23,7 @@ use crate::fig4::drop_os_cache;
 use crate::runner::{query_rows, run_sql, settle_buffers};
 use crate::tables::TABLES;
 
+use super::Planning;
 use super::disk::DiskCounters;
 use super::{
     BoxError, ConcurrencyPoint, PointTail, Timing, Workload, between_sql, draw, range_sql,
@@ -166,7 +167,7 @@ pub(super) async fn run_point(
     let contexts = sessions(data, engine, clients, ooode_settings).await?;
     // Prepared before the clock starts, as a service prepares its statements at start-up.
     let mut statements = Vec::new();
-    if workload.prepared {
+    if workload.planning == Planning::Prepared {
         for ctx in &contexts {
             statements.push(Some(
                 PreparedQuery::new(ctx, &between_sql("$1", "$2")).await?,
@@ -261,17 +262,21 @@ pub(super) async fn run_point(
             )
         })
     };
+    // One cache for all clients, empty at the start: each session plans its shape once.
+    let cache = (workload.planning == Planning::Cached).then(|| Arc::new(PlanCache::new(256)));
     let mut tasks = Vec::new();
     for (client, (ctx, statement)) in contexts.iter().cloned().zip(statements).enumerate() {
+        let cache = cache.clone();
         tasks.push(tokio::spawn(async move {
             let mut done = Vec::new();
             let mut k = 0u64;
             while Instant::now() < deadline {
                 let (point, first, n) = draw(client, k, customers, points_only);
                 let t = Instant::now();
-                let query = match &statement {
-                    Some(prepared) => ClientQuery::Prepared(prepared, first, first + n - 1),
-                    None => ClientQuery::Sql(&ctx, range_sql(first, n)),
+                let query = match (&statement, &cache) {
+                    (Some(prepared), _) => ClientQuery::Prepared(prepared, first, first + n - 1),
+                    (None, Some(cache)) => ClientQuery::Cached(cache, &ctx, range_sql(first, n)),
+                    (None, None) => ClientQuery::Sql(&ctx, range_sql(first, n)),
                 };
                 let (mut timing, rows) = planned_rows(query).await?;
                 timing.total_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -522,10 +527,12 @@ fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
     plan.children().into_iter().find_map(query_io)
 }
 
-/// A client's query: SQL text, or its prepared query and the customers to bind.
+/// A client's query: SQL text, its prepared query and the customers to bind, or SQL text
+/// through a plan cache.
 enum ClientQuery<'a> {
     Sql(&'a SessionContext, String),
     Prepared(&'a PreparedQuery, u64, u64),
+    Cached(&'a PlanCache, &'a SessionContext, String),
 }
 
 /// The rows of `query` (as [`query_rows`] gives them), the time it took to plan and what its
@@ -544,6 +551,11 @@ async fn planned_rows(query: ClientQuery<'_>) -> Result<(Timing, Vec<String>), B
             let plan = prepared.plan(values).await?;
             let ordered = crate::runner::ordered_plan(prepared.logical_plan());
             (ordered, prepared.task_ctx(), plan)
+        }
+        ClientQuery::Cached(cache, ctx, sql) => {
+            let planned = cache.plan(ctx, &sql).await?;
+            let ordered = crate::runner::ordered_plan(&planned.logical);
+            (ordered, ctx.task_ctx(), planned.physical)
         }
     };
     let plan_ms = start.elapsed().as_secs_f64() * 1e3;

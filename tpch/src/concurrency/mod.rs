@@ -34,8 +34,9 @@ pub struct ConcurrencyPoint {
     /// "ooode" or "datafusion parquet".
     pub engine: String,
     /// "mixed" (ranges of 1-150 customers and point lookups), "points alone", "no turns"
-    /// (mixed, `ooode.max_long_queries = 0`), or "prepared" / "prepared alone" (the mixed
-    /// queries / the points alone, each session's query prepared once).
+    /// (mixed, `ooode.max_long_queries = 0`), "prepared" / "prepared alone" (the mixed
+    /// queries / the points alone, each session's query prepared once), or "plan cache" /
+    /// "plan cache alone" (SQL text through a plan cache).
     pub workload: String,
     /// Clients, each running one query after another.
     pub clients: usize,
@@ -263,24 +264,37 @@ fn draw(client: usize, k: u64, customers: u64, points_only: bool) -> (bool, u64,
 pub(super) struct Workload {
     /// Only point lookups (else half of them ranges).
     pub points_only: bool,
+    pub planning: Planning,
+}
+
+/// How a client's queries are planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Planning {
+    /// SQL text, planned whole each time.
+    Text,
     /// Each client's session prepares the query once ([`ooode_providers::PreparedQuery`])
-    /// and binds each query's customers; else each query is SQL text, planned whole.
-    pub prepared: bool,
+    /// and binds each query's customers.
+    Prepared,
+    /// SQL text through one plan cache shared by the clients
+    /// ([`ooode_providers::PlanCache`]): each session plans the query's shape once.
+    Cached,
 }
 
 impl Workload {
     pub const MIXED: Self = Self {
         points_only: false,
-        prepared: false,
+        planning: Planning::Text,
     };
 
     /// The name in the report.
     pub fn name(self) -> &'static str {
-        match (self.points_only, self.prepared) {
-            (false, false) => "mixed",
-            (true, false) => POINTS_ALONE,
-            (false, true) => PREPARED,
-            (true, true) => PREPARED_POINTS_ALONE,
+        match (self.points_only, self.planning) {
+            (false, Planning::Text) => "mixed",
+            (true, Planning::Text) => POINTS_ALONE,
+            (false, Planning::Prepared) => PREPARED,
+            (true, Planning::Prepared) => PREPARED_POINTS_ALONE,
+            (false, Planning::Cached) => PLAN_CACHE,
+            (true, Planning::Cached) => PLAN_CACHE_POINTS_ALONE,
         }
     }
 }
@@ -291,6 +305,10 @@ pub const POINTS_ALONE: &str = "points alone";
 pub const PREPARED: &str = "prepared";
 /// The workload name of the point lookups alone, prepared.
 pub const PREPARED_POINTS_ALONE: &str = "prepared alone";
+/// The workload name of the mixed queries as SQL text through a plan cache.
+pub const PLAN_CACHE: &str = "plan cache";
+/// The workload name of the point lookups alone through a plan cache.
+pub const PLAN_CACHE_POINTS_ALONE: &str = "plan cache alone";
 
 /// The workload name of the run without turns of long queries (`ooode.max_long_queries = 0`).
 pub const NO_TURNS: &str = "no turns";
@@ -368,46 +386,47 @@ pub async fn run(
         }
         if c == max_clients && c >= TURNS_FROM_CLIENTS {
             // The same clients sending the query prepared, as a service would: planned once
-            // per session, bound per query (both engines through the same API).
-            let prepared = Workload {
-                points_only: false,
-                prepared: true,
-            };
-            let mut prepared_runs = Vec::new();
-            for &engine in engines {
-                let run =
-                    run_beside_fio(data, engine, c, secs, &settings, prepared, settle).await?;
-                print_run(&run.point);
-                prepared_runs.push(run);
+            // per session, bound per query; then as SQL text through a plan cache, which
+            // does the same for text (both engines through the same APIs).
+            for planning in [Planning::Prepared, Planning::Cached] {
+                let workload = Workload {
+                    points_only: false,
+                    planning,
+                };
+                let mut these = Vec::new();
+                for &engine in engines {
+                    let run =
+                        run_beside_fio(data, engine, c, secs, &settings, workload, settle).await?;
+                    print_run(&run.point);
+                    these.push(run);
+                }
+                if let [ooode, stock] = &these[..] {
+                    compare(ooode, stock);
+                }
+                compare(&these[0], &runs[0]);
+                runs.extend(these);
             }
-            if let [ooode, stock] = &prepared_runs[..] {
-                compare(ooode, stock);
-            }
-            compare(&prepared_runs[0], &runs[0]);
-            runs.extend(prepared_runs);
         }
         points.extend(runs.into_iter().map(|r| r.point));
     }
-    let alone = [
-        Workload {
-            points_only: true,
-            prepared: false,
-        },
-        Workload {
-            points_only: true,
-            prepared: true,
-        },
-    ];
+    let alone = [Planning::Text, Planning::Prepared, Planning::Cached].map(|planning| Workload {
+        points_only: true,
+        planning,
+    });
     let prepared_too = max_clients >= TURNS_FROM_CLIENTS;
-    for workload in alone.into_iter().filter(|w| prepared_too || !w.prepared) {
+    for workload in alone
+        .into_iter()
+        .filter(|w| prepared_too || w.planning == Planning::Text)
+    {
         for &engine in engines {
             let run = run_point(data, engine, 1, secs, &settings, workload, settle).await?;
             eprintln!(
                 "{:<20} {}: p50 {:.2} ms, p99 {:.2} ms (planning p50 {:.2} / p99 {:.2} ms)",
                 run.point.engine,
-                match workload.prepared {
-                    false => "point lookups alone",
-                    true => "point lookups alone, prepared",
+                match workload.planning {
+                    Planning::Text => "point lookups alone",
+                    Planning::Prepared => "point lookups alone, prepared",
+                    Planning::Cached => "point lookups alone, plan cache",
                 },
                 run.point.point_p50_ms,
                 run.point.point_p99_ms,
@@ -514,18 +533,33 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
                 mixed.first_points_max_ms
             );
         }
-        if let (Some(o), Some(s), Some(alone), Some(plain)) = (
-            find("ooode", PREPARED, max),
-            find("datafusion parquet", PREPARED, max),
-            find("ooode", PREPARED_POINTS_ALONE, 1),
-            find("ooode", "mixed", max),
-        ) {
+        for (workload, alone_workload, what, stock_alike) in [
+            (
+                PREPARED,
+                PREPARED_POINTS_ALONE,
+                "prepared (each session plans the query once, binds each query's customers)",
+                "prepared alike",
+            ),
+            (
+                PLAN_CACHE,
+                PLAN_CACHE_POINTS_ALONE,
+                "plan cache (SQL text, each session's shape planned once, PlanCache)",
+                "with the cache",
+            ),
+        ] {
+            let (Some(o), Some(s), Some(alone), Some(plain)) = (
+                find("ooode", workload, max),
+                find("datafusion parquet", workload, max),
+                find("ooode", alone_workload, 1),
+                find("ooode", "mixed", max),
+            ) else {
+                continue;
+            };
             let ratio = |p99: f64| p99 / alone.point_p99_ms.max(1e-9);
             out += &format!(
-                "prepared (each session plans the query once, binds each query's customers): \
-                 ooode {:.1} q/s ({:.2}x its SQL text's), {:.1}x stock DataFusion prepared \
-                 alike; points p99 {:.2} ms vs {:.2} ms alone, prepared ({:.1}x; without each \
-                 client's first query {:.2} ms, {:.1}x)\n",
+                "{what}: ooode {:.1} q/s ({:.2}x its SQL text's), {:.1}x stock DataFusion \
+                 {stock_alike}; points p99 {:.2} ms vs {:.2} ms alone, {workload} ({:.1}x; \
+                 without each client's first query {:.2} ms, {:.1}x)\n",
                 o.qps,
                 o.qps / plain.qps.max(1e-9),
                 o.qps / s.qps.max(1e-9),
