@@ -5,7 +5,13 @@
 use std::time::Duration;
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
+use std::sync::Arc;
+
 use datafusion::common::Result;
+use datafusion::common::config::ConfigOptions;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use ooode_providers::PlanCache;
 
@@ -142,6 +148,20 @@ async fn reused_plans_give_the_rows_and_errors_of_the_text() {
     assert!(stats.as_text > 0, "{stats:?}");
 }
 
+/// An analyzer rule that makes every query return no rows (as a row filter would some).
+#[derive(Debug)]
+struct NoRows;
+
+impl AnalyzerRule for NoRows {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        LogicalPlanBuilder::from(plan).limit(0, Some(0))?.build()
+    }
+
+    fn name(&self) -> &str {
+        "no_rows"
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_is_reused_only_with_its_tables_views_settings_and_session() {
     let ctx = SessionContext::new();
@@ -196,6 +216,16 @@ async fn a_plan_is_reused_only_with_its_tables_views_settings_and_session() {
     .await;
     assert!(count(&other, q).await.contains("| 1 |"));
     assert_eq!(cache.stats().reused, 2);
+    // A session made from this one's state, with its id but a rule of its own: not its plans
+    // (it has a settings object of its own too; the cache compares the rules as well).
+    let limited = SessionStateBuilder::new_from_existing(ctx.state())
+        .with_session_id(ctx.session_id())
+        .with_analyzer_rule(Arc::new(NoRows))
+        .build();
+    let limited = SessionContext::new_with_state(limited);
+    assert_eq!(limited.session_id(), ctx.session_id());
+    assert_eq!(count(&limited, q).await, "++\n++");
+    assert!(count(&ctx, q).await.contains("| 16 |"));
     // A table gone: the text's error.
     run(&ctx, "DROP TABLE t").await;
     assert_eq!(count(&ctx, q).await, "error");
@@ -225,4 +255,73 @@ async fn plans_calling_now_are_not_reused_and_other_statements_run() {
         cache.collect(&ctx, &sql).await.unwrap();
     }
     assert!(cache.stats().shapes <= 8, "{:?}", cache.stats());
+}
+
+/// Random literals of every kind against columns of every type, each query through the cache
+/// and as text: the same rows or both an error.
+#[test]
+fn random_literals_through_the_cache_equal_the_text() {
+    use proptest::prelude::*;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = runtime.block_on(tables(dir.path()));
+    let cache = PlanCache::new(64);
+    let shapes = [
+        "SELECT count(*), sum(o_small) FROM {o} WHERE o_custkey {op} {a}",
+        "SELECT o_orderkey FROM {o} WHERE o_small BETWEEN {a} AND {b} ORDER BY 1 LIMIT 5",
+        "SELECT count(*), max(o_price) FROM {o} WHERE o_price {op} {a} AND {b} > o_small",
+        "SELECT count(*), min(o_ratio) FROM {o} WHERE {a} {op} o_ratio",
+        "SELECT count(*) FROM {o} WHERE o_date {op} {a}",
+    ];
+    let literal = prop_oneof![
+        4 => (-10i64..2_100).prop_map(|v| v.to_string()),
+        1 => prop_oneof![
+            Just(i64::MIN + 1),
+            Just(i64::MAX),
+            Just(i64::from(i32::MAX) + 1),
+            Just(1 << 53),
+            Just((1 << 53) + 1)
+        ]
+        .prop_map(|v| v.to_string()),
+        2 => (-100.0f64..3000.0).prop_map(|v| format!("{v:.3}")),
+        1 => prop_oneof![Just("1e3"), Just("2.5E-1"), Just("0.0")].prop_map(String::from),
+        2 => prop_oneof![
+            Just("'17'"),
+            Just("'1995-01-15'"),
+            Just("'1994-9-1'"),
+            Just("'x'"),
+            Just("''")
+        ]
+        .prop_map(String::from),
+    ];
+    let op = prop_oneof![Just("="), Just("<"), Just(">="), Just("<>")];
+    let config = ProptestConfig {
+        cases: 64,
+        ..ProptestConfig::default()
+    };
+    proptest::test_runner::TestRunner::new(config)
+        .run(
+            &(0..shapes.len(), op, literal.clone(), literal, any::<bool>()),
+            |(shape, op, a, b, on_ooode)| {
+                let sql = shapes[shape]
+                    .replace("{o}", if on_ooode { "orders" } else { "orders_mem" })
+                    .replace("{op}", op)
+                    .replace("{a}", &a)
+                    .replace("{b}", &b);
+                let (expected, cached) = runtime.block_on(async {
+                    (
+                        as_text(&ctx, &sql).await,
+                        shown(cache.collect(&ctx, &sql).await),
+                    )
+                });
+                prop_assert_eq!(cached, expected, "{}", sql);
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(cache.stats().reused > 0, "{:?}", cache.stats());
 }

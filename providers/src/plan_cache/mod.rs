@@ -19,9 +19,11 @@
 //!   date column. Any other pairing makes the shape uncacheable; a value that does not
 //!   convert plans that query as text (which then fails or not as it would have).
 //! - A plan is reused only in the session that made it, with the same settings (a `SET`
-//!   replaces the session's settings object), the same table providers for every table the
-//!   SQL names (a table dropped and created again, or a view replaced, is planned again) and
-//!   the same functions. Plans calling functions that are not immutable (`now()`, `random()`)
+//!   replaces the session's settings object), the same SQL planner extensions and analyzer
+//!   and optimizer rules, the same table providers for every table the SQL names (a table
+//!   dropped and created again, or a view replaced, is planned again) and the same
+//!   functions. A reused plan that fails to bind or to plan physically plans the text
+//!   instead, which gives its rows or its own error. Plans calling functions that are not immutable (`now()`, `random()`)
 //!   are not cached: the logical optimizer evaluates some of those when planning.
 //! - Anything else (DDL, `SET`, `INSERT`, `EXPLAIN`, SQL with placeholders of its own or with
 //!   no literal to take) is planned as `SessionContext::sql` plans it.
@@ -55,6 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::metadata::ScalarAndMetadata;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{ParamValues, ResolvedTableReference, Result};
 use datafusion::execution::SendableRecordBatchStream;
@@ -114,6 +117,10 @@ struct Slot {
 struct Entry {
     /// The settings it was planned with (compared by identity: `SET` replaces them).
     options: Arc<ConfigOptions>,
+    /// The SQL planner's extensions and the analyzer's and logical optimizer's rules it was
+    /// planned with (by identity): a session built from another's state with its own rules
+    /// (a row filter in an analyzer rule) keeps the other's id.
+    planners: Vec<usize>,
     /// Every table the SQL names, with the provider it was planned with.
     tables: Vec<(ResolvedTableReference, Arc<dyn TableProvider>)>,
     /// Every function the plan calls, with the definition it was planned with.
@@ -200,18 +207,16 @@ impl PlanCache {
             self.as_text.fetch_add(1, Ordering::Relaxed);
             return as_text(ctx, &state, statement).await;
         };
-        let Some(values) = bind::values(parameters, &shape.literals) else {
+        let physical = match bind::values(parameters, &shape.literals) {
+            Some(values) => physical_plan(&state, logical, values).await,
+            None => None,
+        };
+        // A value that does not convert, or a plan with placeholders that does not plan
+        // physically: the text, which gives its rows or its own error.
+        let Some(physical) = physical else {
             self.as_text.fetch_add(1, Ordering::Relaxed);
             return as_text(ctx, &state, statement).await;
         };
-        let bound = logical
-            .as_ref()
-            .clone()
-            .replace_params_with_values(&ParamValues::Map(values))?;
-        let physical = state
-            .query_planner()
-            .create_physical_plan(&bound, &state)
-            .await?;
         if reused {
             self.reused.fetch_add(1, Ordering::Relaxed);
         }
@@ -278,6 +283,23 @@ impl std::fmt::Debug for PlanCache {
     }
 }
 
+/// The physical plan of `logical` with `values` bound; None where that fails.
+async fn physical_plan(
+    state: &SessionState,
+    logical: &LogicalPlan,
+    values: HashMap<String, ScalarAndMetadata>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let bound = logical
+        .clone()
+        .replace_params_with_values(&ParamValues::Map(values))
+        .ok()?;
+    state
+        .query_planner()
+        .create_physical_plan(&bound, state)
+        .await
+        .ok()
+}
+
 /// The session, the shape's SQL and its literals' kinds: a plan made for `a = 5` is not
 /// reused for `a = '5'`.
 fn key_of(ctx: &SessionContext, shape: &Shape) -> String {
@@ -320,6 +342,7 @@ impl Entry {
         };
         Ok(Some(Self {
             options: Arc::clone(state.config().options()),
+            planners: planners_of(state),
             tables,
             functions,
             plan,
@@ -348,7 +371,9 @@ impl Entry {
 
     /// Whether the plan may be reused in `state`.
     async fn holds(&self, state: &SessionState) -> Result<bool> {
-        if !Arc::ptr_eq(&self.options, state.config().options()) {
+        if !Arc::ptr_eq(&self.options, state.config().options())
+            || self.planners != planners_of(state)
+        {
             return Ok(false);
         }
         if !self.functions.iter().all(|f| f.registered_in(state)) {
@@ -378,6 +403,17 @@ impl FunctionUse {
         | FunctionUse::Window(_, planned)) = self;
         current == Some(*planned)
     }
+}
+
+/// The addresses of the planners and rules that make a logical plan in `state`.
+fn planners_of(state: &SessionState) -> Vec<usize> {
+    let analyzer = state.analyzer();
+    let mut planners: Vec<usize> = analyzer.rules.iter().map(address).collect();
+    planners.extend(analyzer.function_rewrites.iter().map(address));
+    planners.extend(state.optimizers().iter().map(address));
+    planners.extend(state.expr_planners().iter().map(address));
+    planners.extend(state.relation_planners().iter().map(address));
+    planners
 }
 
 /// The address of what an `Arc` points to, without its vtable: identity of a provider or

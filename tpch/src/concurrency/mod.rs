@@ -455,7 +455,7 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
         of.map_or("n/a".into(), |f| format!("{:.0}", iops / f * 100.0))
     };
     let mut out = format!(
-        "{:<20} {:<14} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
+        "{:<20} {:<16} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
         "engine",
         "workload",
         "clients",
@@ -470,7 +470,7 @@ pub fn format_report(r: &ConcurrencyReport, fio_qd64: Option<f64>) -> String {
     );
     for p in &r.points {
         out += &format!(
-            "{:<20} {:<14} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>8} {:>6.0}\n",
+            "{:<20} {:<16} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>10.2} {:>9.0} {:>8} {:>8} {:>6.0}\n",
             p.engine,
             p.workload,
             p.clients,
