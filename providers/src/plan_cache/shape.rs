@@ -5,7 +5,8 @@
 //! Only literals that cannot change a result's schema or the logical optimizer's work beyond
 //! the values themselves are taken: a bare number or string compared with a column
 //! (`col = 5`, `5 < col`, `col BETWEEN 1 AND 9`) in a WHERE or HAVING clause (of the query,
-//! its set operations and its WITH queries, and of subqueries inside those clauses). A
+//! its set operations, its WITH queries and the subqueries in its FROM, and of subqueries
+//! inside those clauses). A
 //! literal in a select list would name its output column after the value, one in LIMIT or
 //! GROUP BY changes the plan itself; those stay in the text, part of the shape.
 
@@ -14,8 +15,8 @@ use std::ops::ControlFlow;
 use datafusion::common::ScalarValue;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, Query, SetExpr, Statement, UnaryOperator, Value, ValueWithSpan,
-    visit_expressions_mut,
+    BinaryOperator, Expr, Query, SetExpr, Statement, TableFactor, UnaryOperator, Value,
+    ValueWithSpan, visit_expressions_mut,
 };
 
 /// A literal taken out of the SQL, typed as DataFusion's SQL planner types it.
@@ -101,6 +102,14 @@ fn take_from_query(query: &mut Query, floats_as_decimals: bool, out: &mut Vec<Li
 fn take_from_set_expr(body: &mut SetExpr, floats_as_decimals: bool, out: &mut Vec<Literal>) {
     match body {
         SetExpr::Select(select) => {
+            for from in &mut select.from {
+                let joined = from.joins.iter_mut().map(|j| &mut j.relation);
+                for relation in std::iter::once(&mut from.relation).chain(joined) {
+                    if let TableFactor::Derived { subquery, .. } = relation {
+                        take_from_query(subquery, floats_as_decimals, out);
+                    }
+                }
+            }
             if let Some(selection) = &mut select.selection {
                 take_from_predicate(selection, floats_as_decimals, out);
             }
@@ -260,17 +269,24 @@ mod tests {
     fn subqueries_unions_and_with_queries_are_shaped() {
         let (text, literals) = shape(
             "WITH w AS (SELECT a FROM t WHERE a < 4) SELECT a FROM w WHERE a IN \
-             (SELECT b FROM u WHERE c = 'z') UNION ALL SELECT a FROM v WHERE a >= 7",
+             (SELECT b FROM u WHERE c = 'z') UNION ALL SELECT a FROM v JOIN \
+             (SELECT b FROM x WHERE b = 1) y ON a = b WHERE a >= 7",
         )
         .unwrap();
         assert_eq!(
             text,
             "WITH w AS (SELECT a FROM t WHERE a < $1) SELECT a FROM w WHERE a IN \
-             (SELECT b FROM u WHERE c = $2) UNION ALL SELECT a FROM v WHERE a >= $3"
+             (SELECT b FROM u WHERE c = $2) UNION ALL SELECT a FROM v JOIN \
+             (SELECT b FROM x WHERE b = $3) y ON a = b WHERE a >= $4"
         );
         assert_eq!(
             literals,
-            vec![Literal::Int(4), Literal::Str("z".into()), Literal::Int(7)]
+            vec![
+                Literal::Int(4),
+                Literal::Str("z".into()),
+                Literal::Int(1),
+                Literal::Int(7)
+            ]
         );
     }
 
