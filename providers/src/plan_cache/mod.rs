@@ -59,7 +59,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::metadata::ScalarAndMetadata;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{ParamValues, ResolvedTableReference, Result};
+use datafusion::common::{ResolvedTableReference, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
@@ -180,9 +180,12 @@ impl PlanCache {
         let options = state.config().options();
         let statement = state.sql_to_statement(sql, &options.sql_parser.dialect)?;
         let floats_as_decimals = options.sql_parser.parse_float_as_decimal;
-        let Some(shape) = shape_of(statement.clone(), floats_as_decimals) else {
-            self.as_text.fetch_add(1, Ordering::Relaxed);
-            return as_text(ctx, &state, statement).await;
+        let shape = match shape_of(statement, floats_as_decimals) {
+            Ok(shape) => shape,
+            Err(statement) => {
+                self.as_text.fetch_add(1, Ordering::Relaxed);
+                return as_text(ctx, &state, *statement).await;
+            }
         };
         let key = key_of(ctx, &shape);
         let (entry, reused) = match self.lookup(&key) {
@@ -190,8 +193,7 @@ impl PlanCache {
             _ => {
                 let Some(entry) = Entry::plan(&state, &shape).await? else {
                     // A name that is no table: planning the text says what is wrong.
-                    self.as_text.fetch_add(1, Ordering::Relaxed);
-                    return as_text(ctx, &state, statement).await;
+                    return self.text_again(ctx, &state, sql).await;
                 };
                 self.planned.fetch_add(1, Ordering::Relaxed);
                 let entry = Arc::new(entry);
@@ -204,8 +206,7 @@ impl PlanCache {
             parameters,
         } = &entry.plan
         else {
-            self.as_text.fetch_add(1, Ordering::Relaxed);
-            return as_text(ctx, &state, statement).await;
+            return self.text_again(ctx, &state, sql).await;
         };
         let physical = match bind::values(parameters, &shape.literals) {
             Some(values) => physical_plan(&state, logical, values).await,
@@ -214,8 +215,7 @@ impl PlanCache {
         // A value that does not convert, or a plan with placeholders that does not plan
         // physically: the text, which gives its rows or its own error.
         let Some(physical) = physical else {
-            self.as_text.fetch_add(1, Ordering::Relaxed);
-            return as_text(ctx, &state, statement).await;
+            return self.text_again(ctx, &state, sql).await;
         };
         if reused {
             self.reused.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +225,19 @@ impl PlanCache {
             logical: Arc::clone(logical),
             reused,
         })
+    }
+
+    /// Plans `sql` as text, parsing it again (its statement became the shape).
+    async fn text_again(
+        &self,
+        ctx: &SessionContext,
+        state: &SessionState,
+        sql: &str,
+    ) -> Result<PlannedSql> {
+        self.as_text.fetch_add(1, Ordering::Relaxed);
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect)?;
+        as_text(ctx, state, statement).await
     }
 
     /// Plans `sql` (as [`Self::plan`]) and executes it: the output partitions merged.
@@ -289,10 +302,7 @@ async fn physical_plan(
     logical: &LogicalPlan,
     values: HashMap<String, ScalarAndMetadata>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
-    let bound = logical
-        .clone()
-        .replace_params_with_values(&ParamValues::Map(values))
-        .ok()?;
+    let bound = bind::bind_plan(logical, &values).ok()?;
     state
         .query_planner()
         .create_physical_plan(&bound, state)

@@ -59,24 +59,31 @@ pub(super) struct Shape {
     pub literals: Vec<Literal>,
 }
 
-/// The shape of `statement`, or None where it is not a query, already has placeholders, or
-/// has no literal to take out (a plan cache gains nothing over planning it).
-pub(super) fn shape_of(mut statement: DFStatement, floats_as_decimals: bool) -> Option<Shape> {
+/// The shape of `statement`; the statement untouched where it is not a query, already has
+/// placeholders, or has no literal to take out (a plan cache gains nothing over planning it).
+pub(super) fn shape_of(
+    mut statement: DFStatement,
+    floats_as_decimals: bool,
+) -> Result<Shape, Box<DFStatement>> {
     let DFStatement::Statement(inner) = &mut statement else {
-        return None;
+        return Err(Box::new(statement));
     };
     let Statement::Query(query) = inner.as_mut() else {
-        return None;
+        return Err(Box::new(statement));
     };
     if has_placeholder(query) {
-        return None;
+        return Err(Box::new(statement));
     }
     let mut literals = Vec::new();
     take_from_query(query, floats_as_decimals, &mut literals);
-    (!literals.is_empty()).then_some(Shape {
-        statement,
-        literals,
-    })
+    match literals.is_empty() {
+        // Nothing was replaced.
+        true => Err(Box::new(statement)),
+        false => Ok(Shape {
+            statement,
+            literals,
+        }),
+    }
 }
 
 fn has_placeholder(query: &mut Query) -> bool {
@@ -229,7 +236,7 @@ mod tests {
 
     fn shape(sql: &str) -> Option<(String, Vec<Literal>)> {
         let mut statements = DFParser::parse_sql(sql).unwrap();
-        let s = shape_of(statements.pop_front().unwrap(), false)?;
+        let s = shape_of(statements.pop_front().unwrap(), false).ok()?;
         Some((s.statement.to_string(), s.literals))
     }
 
@@ -293,6 +300,6 @@ mod tests {
     #[test]
     fn floats_stay_in_the_text_where_they_are_parsed_as_decimals() {
         let mut statements = DFParser::parse_sql("SELECT a FROM t WHERE a = 2.5").unwrap();
-        assert!(shape_of(statements.pop_front().unwrap(), true).is_none());
+        assert!(shape_of(statements.pop_front().unwrap(), true).is_err());
     }
 }
