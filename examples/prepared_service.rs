@@ -1,7 +1,9 @@
 //! A service's way in: statements prepared once at start-up ([`PreparedQuery`]) and shared by
 //! every request handler, each request binding its own values. A lookup of one user's
 //! orders goes through ooode's index (decided per request, with the values bound); orders
-//! placed through a prepared `INSERT` are seen by the next lookup.
+//! placed through a prepared `INSERT` are seen by the next lookup. Handlers that send SQL
+//! text instead share a [`PlanCache`]: the text's shape is planned once, each request's value
+//! bound.
 //!
 //! Run with `cargo run -p ooode-providers --example prepared_service`.
 
@@ -13,11 +15,26 @@ use datafusion::common::ScalarValue;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::SessionConfig;
-use ooode_providers::PreparedQuery;
+use ooode_providers::{PlanCache, PreparedQuery};
 
 /// What a request handler runs: the count and total of one user's orders.
 async fn orders_of(lookup: &PreparedQuery, user: i64) -> Result<(i64, i64)> {
-    let batches = lookup.collect(vec![ScalarValue::from(user)]).await?;
+    count_and_total(lookup.collect(vec![ScalarValue::from(user)]).await?)
+}
+
+/// The same from SQL text, through the service's plan cache.
+async fn orders_of_text(
+    cache: &PlanCache,
+    ctx: &datafusion::prelude::SessionContext,
+    user: i64,
+) -> Result<(i64, i64)> {
+    let sql = format!("SELECT count(*), sum(amount) FROM orders WHERE user_id = {user}");
+    count_and_total(cache.collect(ctx, &sql).await?)
+}
+
+fn count_and_total(
+    batches: Vec<datafusion::arrow::record_batch::RecordBatch>,
+) -> Result<(i64, i64)> {
     let batch = batches
         .first()
         .ok_or_else(|| DataFusionError::Execution("no result".into()))?;
@@ -98,5 +115,26 @@ pub async fn main() -> Result<()> {
     let after = orders_of(&lookup, 42).await?;
     println!("user 42: {before:?} (orders, total) before the insert, {after:?} after");
     assert_eq!(after, (before.0 + 1, before.1 + 1000));
+
+    // Handlers sending SQL text share a plan cache: the first request plans the shape, the
+    // next 16 (at once) reuse it with their own values, and see the order placed above.
+    let cache = Arc::new(PlanCache::new(256));
+    assert_eq!(orders_of_text(&cache, &ctx, 42).await?, after);
+    let mut handlers = Vec::new();
+    for user in 0..16i64 {
+        let (cache, ctx) = (cache.clone(), ctx.clone());
+        handlers.push(tokio::spawn(async move {
+            orders_of_text(&cache, &ctx, user * 613).await
+        }));
+    }
+    for (user, handler) in handlers.into_iter().enumerate() {
+        let (count, _) = handler
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        assert_eq!(count, 20, "user {}", user * 613);
+    }
+    let stats = cache.stats();
+    println!("plan cache: {stats:?}");
+    assert_eq!((stats.planned, stats.reused), (1, 16));
     Ok(())
 }
