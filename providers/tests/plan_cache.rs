@@ -216,6 +216,12 @@ async fn a_plan_is_reused_only_with_its_tables_views_settings_and_session() {
     .await;
     assert!(count(&other, q).await.contains("| 1 |"));
     assert_eq!(cache.stats().reused, 2);
+    // A session's plans dropped when it ends; the other session's stay.
+    let shapes = cache.stats().shapes;
+    cache.clear_session(&other);
+    assert_eq!(cache.stats().shapes, shapes - 1);
+    assert!(count(&ctx, q).await.contains("| 16 |"));
+    assert_eq!(cache.stats().reused, 3);
     // A session made from this one's state, with its id but a rule of its own: not its plans
     // (it has a settings object of its own too; the cache compares the rules as well).
     let limited = SessionStateBuilder::new_from_existing(ctx.state())

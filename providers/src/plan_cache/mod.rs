@@ -172,6 +172,16 @@ impl PlanCache {
         self.shapes.lock().clear();
     }
 
+    /// Drops the plans of `ctx`'s session, as a service does when a client's session ends: a
+    /// cached plan holds the providers of the tables it reads (as any plan does), so a
+    /// dropped table's provider lives on until its plans are evicted or dropped.
+    pub fn clear_session(&self, ctx: &SessionContext) {
+        let prefix = session_prefix(ctx);
+        self.shapes
+            .lock()
+            .retain(|key, _| !key.starts_with(&prefix));
+    }
+
     /// Plans one SQL statement in `ctx`, as `ctx.sql(sql)` and its DataFrame's physical plan
     /// would (statements other than queries run as they do there), reusing the plan of an
     /// earlier query of the same shape.
@@ -313,12 +323,18 @@ async fn physical_plan(
 /// The session, the shape's SQL and its literals' kinds: a plan made for `a = 5` is not
 /// reused for `a = '5'`.
 fn key_of(ctx: &SessionContext, shape: &Shape) -> String {
-    let mut key = ctx.session_id();
-    key.push('\0');
+    let mut key = session_prefix(ctx);
     key.extend(shape.literals.iter().map(Literal::kind));
     key.push('\0');
     key.push_str(&shape.statement.to_string());
     key
+}
+
+/// The start of every key of `ctx`'s session.
+fn session_prefix(ctx: &SessionContext) -> String {
+    let mut prefix = ctx.session_id();
+    prefix.push('\0');
+    prefix
 }
 
 /// Plans `statement` as `SessionContext::sql` does (running DDL and `SET` as it does).
