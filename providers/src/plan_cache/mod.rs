@@ -11,7 +11,7 @@
 //!
 //! A reused plan gives the rows planning the text gives, or the query is planned as text:
 //! - Literals are taken only where no output column is named after them and no plan choice
-//!   rests on them before physical planning ([`shape`]); ooode's index decisions, made
+//!   rests on them before physical planning (the `shape` module); ooode's index decisions, made
 //!   physically, see the values.
 //! - A value is bound only where binding it is what DataFusion's type coercion would have
 //!   done with the literal: an integer for an integer, decimal or float column when the value
