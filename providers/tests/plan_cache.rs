@@ -2,11 +2,12 @@
 //! text gives, for every pairing of literal and column type; a changed table, view, setting
 //! or session is planned again; plans with `now()` are not reused; other statements run.
 
+mod support;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use std::sync::Arc;
-
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::execution::SessionStateBuilder;
@@ -14,10 +15,7 @@ use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use ooode_providers::PlanCache;
-
-async fn run(ctx: &SessionContext, q: &str) {
-    ctx.sql(q).await.unwrap().collect().await.unwrap();
-}
+use support::run;
 
 /// Rows as text in their order, or the error's kind (the text's and the cache's messages may
 /// name the same failure at different steps).
@@ -62,23 +60,7 @@ async fn tables(dir: &std::path::Path) -> SessionContext {
             "'ooode.clustering_key' 'o_orderkey', 'ooode.indexes' 'o_custkey,o_date'",
         ),
     ] {
-        let path = dir.join(table);
-        run(
-            &ctx,
-            &format!(
-                "COPY (SELECT * FROM {table}_mem) TO '{}' STORED AS OOODE OPTIONS ({options})",
-                path.display()
-            ),
-        )
-        .await;
-        run(
-            &ctx,
-            &format!(
-                "CREATE EXTERNAL TABLE {table} STORED AS OOODE LOCATION '{}'",
-                path.display()
-            ),
-        )
-        .await;
+        support::copy_as_ooode(&ctx, dir, table, options).await;
     }
     ctx
 }

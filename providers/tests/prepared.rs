@@ -2,6 +2,8 @@
 //! same SQL with the values written in; the index decided per execution; the errors a user
 //! meets.
 
+mod support;
+
 use std::sync::Arc;
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
@@ -50,23 +52,7 @@ async fn tables(dir: &std::path::Path) -> SessionContext {
             "'ooode.clustering_key' 'o_orderkey', 'ooode.indexes' 'o_custkey'",
         ),
     ] {
-        let path = dir.join(table);
-        rows(
-            &ctx,
-            &format!(
-                "COPY (SELECT * FROM {table}_mem) TO '{}' STORED AS OOODE OPTIONS ({options})",
-                path.display()
-            ),
-        )
-        .await;
-        rows(
-            &ctx,
-            &format!(
-                "CREATE EXTERNAL TABLE {table} STORED AS OOODE LOCATION '{}'",
-                path.display()
-            ),
-        )
-        .await;
+        support::copy_as_ooode(&ctx, dir, table, options).await;
     }
     ctx
 }
