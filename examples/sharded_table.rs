@@ -101,6 +101,20 @@ pub async fn main() -> Result<()> {
     let batches = prepared.collect(bound).await?;
     assert_eq!(pretty_format_batches(&batches)?.to_string(), result);
 
+    // 4c. The SQL text through a plan cache: its shape planned once, then reused with the
+    //     values taken from the text, on the same distributed plan.
+    let cache = ooode_providers::PlanCache::new(16);
+    for _ in 0..2 {
+        let planned = cache.plan(&ctx, sql).await?;
+        let shown = datafusion::physical_plan::displayable(planned.physical.as_ref())
+            .indent(true)
+            .to_string();
+        assert!(shown.contains("ShardLookupJoinExec"), "{shown}");
+        let batches = datafusion::physical_plan::collect(planned.physical, ctx.task_ctx()).await?;
+        assert_eq!(pretty_format_batches(&batches)?.to_string(), result);
+    }
+    assert_eq!(cache.stats().reused, 1);
+
     // 5. The distributed plan: stages, tasks, and the worker of every shard.
     let plan = show(&ctx, &format!("EXPLAIN {sql}")).await?;
     println!("{plan}");
