@@ -23,10 +23,16 @@
 //!   and optimizer rules, the same table providers for every table the SQL names (a table
 //!   dropped and created again, or a view replaced, is planned again) and the same
 //!   functions. A reused plan that fails to bind or to plan physically plans the text
-//!   instead, which gives its rows or its own error. Plans calling functions that are not immutable (`now()`, `random()`)
-//!   are not cached: the logical optimizer evaluates some of those when planning.
+//!   instead, which gives its rows or its own error. Plans calling functions that are not
+//!   immutable (`now()`, `random()`) are not cached: the logical optimizer evaluates some of
+//!   those when planning.
 //! - Anything else (DDL, `SET`, `INSERT`, `EXPLAIN`, SQL with placeholders of its own or with
 //!   no literal to take) is planned as `SessionContext::sql` plans it.
+//!
+//! One difference remains, as for a [`crate::PreparedQuery`]: where the text's optimizer
+//! proves a predicate false from its literals (`a = 5 AND a = 6` plans no scan at all), an
+//! expression beside it that fails on some row (a division by zero) is never evaluated, while
+//! the reused plan evaluates it and fails.
 //!
 //! ```
 //! # #[tokio::main]
