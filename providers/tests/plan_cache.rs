@@ -245,6 +245,32 @@ async fn plans_calling_now_are_not_reused_and_other_statements_run() {
     assert!(cache.stats().shapes <= 8, "{:?}", cache.stats());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collect_gives_the_texts_result_where_its_optimizer_drops_a_failing_expression() {
+    let ctx = SessionContext::new();
+    let cache = PlanCache::new(8);
+    run(
+        &ctx,
+        "CREATE TABLE t AS SELECT value AS a FROM generate_series(1, 10)",
+    )
+    .await;
+    // One shape, its division first: with 4 and 4 the text divides by zero and fails; with 5
+    // and 6 its optimizer proves the predicate false and scans nothing, while the shape's
+    // plan divides before it compares (a false left side would have spared it).
+    let failing = "SELECT a FROM t WHERE 1 / (a - a) > 0 AND a = 4 AND a = 4";
+    let empty = "SELECT a FROM t WHERE 1 / (a - a) > 0 AND a = 5 AND a = 6";
+    assert_eq!(as_text(&ctx, failing).await, "error");
+    assert_eq!(as_text(&ctx, empty).await, "++\n++");
+    assert_eq!(shown(cache.collect(&ctx, failing).await), "error");
+    assert_eq!(shown(cache.collect(&ctx, empty).await), "++\n++");
+    assert_eq!(cache.stats().reused, 1);
+    // A plan or a stream of the reused plan fails.
+    let planned = cache.plan(&ctx, empty).await.unwrap();
+    assert!(planned.reused);
+    let ran = datafusion::physical_plan::collect(planned.physical, ctx.task_ctx()).await;
+    assert_eq!(shown(ran), "error");
+}
+
 /// Random literals of every kind against columns of every type, each query through the cache
 /// and as text: the same rows or both an error.
 #[test]

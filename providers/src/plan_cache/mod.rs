@@ -32,7 +32,9 @@
 //! One difference remains, as for a [`crate::PreparedQuery`]: where the text's optimizer
 //! proves a predicate false from its literals (`a = 5 AND a = 6` plans no scan at all), an
 //! expression beside it that fails on some row (a division by zero) is never evaluated, while
-//! the reused plan evaluates it and fails.
+//! the reused plan evaluates it and fails. [`PlanCache::collect`] then runs the text, so its
+//! result is the text's; a stream from [`PlanCache::execute`] or a plan from
+//! [`PlanCache::plan`] fails.
 //!
 //! ```
 //! # #[tokio::main]
@@ -266,10 +268,19 @@ impl PlanCache {
         execute_stream(planned.physical, ctx.task_ctx())
     }
 
-    /// Plans `sql` (as [`Self::plan`]), executes it and collects the output.
+    /// Plans `sql` (as [`Self::plan`]), executes it and collects the output. Where a reused
+    /// plan fails while executing, the text is planned and run instead, so that the result,
+    /// rows or error, is the text's even where its optimizer drops a failing expression.
     pub async fn collect(&self, ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
         let planned = self.plan(ctx, sql).await?;
-        collect(planned.physical, ctx.task_ctx()).await
+        match collect(planned.physical, ctx.task_ctx()).await {
+            Err(_) if planned.reused => {
+                let state = ctx.state();
+                let planned = self.text_again(ctx, &state, sql).await?;
+                collect(planned.physical, ctx.task_ctx()).await
+            }
+            done => done,
+        }
     }
 
     fn lookup(&self, key: &str) -> Option<Arc<Entry>> {
