@@ -325,6 +325,17 @@ pub(super) async fn run_point(
             results.insert((client, k), rows);
         }
     }
+    if let Some(cache) = &cache {
+        let stats = cache.stats();
+        eprintln!(
+            "plan cache ({}): {} queries reused a plan, {} planned their shape, {} planned as \
+             text",
+            engine_name(engine),
+            stats.reused,
+            stats.planned,
+            stats.as_text
+        );
+    }
     if engine == Engine::Ooode && !other_classes.is_empty() {
         other_classes.sort();
         let mean = |c: &[usize]| c.iter().sum::<usize>() as f64 / c.len().max(1) as f64;
@@ -385,10 +396,7 @@ pub(super) async fn run_point(
     point_plans.sort_by(f64::total_cmp);
     Ok(Run {
         point: ConcurrencyPoint {
-            engine: match engine {
-                Engine::Ooode => "ooode".into(),
-                Engine::Parquet => "datafusion parquet".into(),
-            },
+            engine: engine_name(engine).into(),
             workload: workload.name().into(),
             clients,
             queries: latencies.len() as u64,
@@ -525,6 +533,14 @@ fn query_io(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<QueryIo>> {
         return Some(n.query().clone());
     }
     plan.children().into_iter().find_map(query_io)
+}
+
+/// The engine's name in the report.
+fn engine_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Ooode => "ooode",
+        Engine::Parquet => "datafusion parquet",
+    }
 }
 
 /// A client's query: SQL text, its prepared query and the customers to bind, or SQL text
