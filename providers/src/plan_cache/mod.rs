@@ -385,7 +385,7 @@ impl Entry {
         };
         Ok(Some(Self {
             options: Arc::clone(state.config().options()),
-            planners: planners_of(state),
+            planners: planners_of(state).collect(),
             tables,
             functions,
             plan,
@@ -415,7 +415,7 @@ impl Entry {
     /// Whether the plan may be reused in `state`.
     async fn holds(&self, state: &SessionState) -> Result<bool> {
         if !Arc::ptr_eq(&self.options, state.config().options())
-            || self.planners != planners_of(state)
+            || !self.planners.iter().copied().eq(planners_of(state))
         {
             return Ok(false);
         }
@@ -448,15 +448,20 @@ impl FunctionUse {
     }
 }
 
-/// The addresses of the planners and rules that make a logical plan in `state`.
-fn planners_of(state: &SessionState) -> Vec<usize> {
+/// The addresses of the planners and rules that make a logical plan in `state` (compared on
+/// every reuse, so not collected there).
+fn planners_of(state: &SessionState) -> impl Iterator<Item = usize> + '_ {
     let analyzer = state.analyzer();
-    let mut planners: Vec<usize> = analyzer.rules.iter().map(address).collect();
-    planners.extend(analyzer.function_rewrites.iter().map(address));
-    planners.extend(state.optimizers().iter().map(address));
-    planners.extend(state.expr_planners().iter().map(address));
-    planners.extend(state.relation_planners().iter().map(address));
-    planners
+    let rules = analyzer.rules.iter().map(address);
+    let rewrites = analyzer.function_rewrites.iter().map(address);
+    let optimizers = state.optimizers().iter().map(address);
+    let expr_planners = state.expr_planners().iter().map(address);
+    let relation_planners = state.relation_planners().iter().map(address);
+    rules
+        .chain(rewrites)
+        .chain(optimizers)
+        .chain(expr_planners)
+        .chain(relation_planners)
 }
 
 /// The address of what an `Arc` points to, without its vtable: identity of a provider or
