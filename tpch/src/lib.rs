@@ -18,6 +18,7 @@ pub mod paper;
 pub mod plans;
 pub mod remote;
 pub mod report;
+pub mod rule_times;
 pub mod runner;
 pub mod s3;
 pub mod scale;

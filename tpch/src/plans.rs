@@ -18,6 +18,7 @@ use ooode_providers::{PlanCache, PreparedQuery};
 
 use crate::concurrency::{between_sql, range_sql};
 use crate::datagen::DataSet;
+use crate::rule_times::{self, PartTime};
 use crate::runner::{contexts, median, query_rows, run_sql};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -132,6 +133,12 @@ pub struct PlanRow {
     pub ooode: PlanPhases,
     /// Stock DataFusion on Parquet.
     pub stock: PlanPhases,
+    /// ooode's physical plan by part (initial plan, each rule), measured apart.
+    #[serde(default)]
+    pub ooode_parts: Vec<PartTime>,
+    /// Stock DataFusion's physical plan by part.
+    #[serde(default)]
+    pub stock_parts: Vec<PartTime>,
 }
 
 /// Plans each query `count` times on each engine; `settings` are further `SET` statements
@@ -170,10 +177,15 @@ pub async fn run(
             on_ooode.cached_once(&cache, &ooode, &sql).await?;
             on_stock.cached_once(&cache, &stock, &sql).await?;
         }
+        // Apart from the timed phases above: the timers would be in them.
+        let ooode_parts = rule_times::measure(&ooode, &sql, count).await?;
+        let stock_parts = rule_times::measure(&stock, &sql, count).await?;
         out.push(PlanRow {
             query: name,
             ooode: on_ooode.medians(),
             stock: on_stock.medians(),
+            ooode_parts,
+            stock_parts,
         });
     }
     Ok(out)
@@ -208,6 +220,15 @@ pub fn format(results: &[PlanRow], count: usize) -> String {
          and its physical plan made; cached: the SQL text through a plan cache holding its \
          shape (PlanCache)\n",
     );
+    for row in results.iter().filter(|r| !r.ooode_parts.is_empty()) {
+        out.push('\n');
+        out.push_str(&rule_times::format(
+            &row.query,
+            &row.ooode_parts,
+            &row.stock_parts,
+            5.0,
+        ));
+    }
     out
 }
 
@@ -255,6 +276,8 @@ mod tests {
             query: "point (N = 1)".into(),
             ooode: phases(2.068, 1.012),
             stock: phases(2.53, 1.611),
+            ooode_parts: vec![],
+            stock_parts: vec![],
         }
     }
 

@@ -1,0 +1,212 @@
+//! Where a physical plan's time goes, rule by rule: the session's physical optimizer rules
+//! wrapped in timers, the query planned again and again, each rule's time summed. The
+//! initial plan (DataFusion's planner and the tables' scans) is what the plan took beyond
+//! the rules. Measured in a session of its own, so `plans`' timed phases carry no timers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use datafusion::common::Result;
+use datafusion::common::config::ConfigOptions;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::{PhysicalOptimizerContext, PhysicalOptimizerRule};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A rule and the nanoseconds spent in it so far.
+#[derive(Debug)]
+struct Timed {
+    inner: Arc<dyn PhysicalOptimizerRule + Send + Sync>,
+    nanos: AtomicU64,
+}
+
+impl Timed {
+    fn time<T>(&self, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = f();
+        self.nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+        out
+    }
+}
+
+impl PhysicalOptimizerRule for Timed {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.time(|| self.inner.optimize(plan, config))
+    }
+
+    // Rules that use the context (statistics) get it, as they would unwrapped.
+    fn optimize_with_context(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        context: &dyn PhysicalOptimizerContext,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.time(|| self.inner.optimize_with_context(plan, context))
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn schema_check(&self) -> bool {
+        self.inner.schema_check()
+    }
+}
+
+/// Microseconds per plan of one part of physical planning.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PartTime {
+    /// A rule's name, or "initial plan".
+    pub part: String,
+    /// Mean microseconds per plan.
+    pub us: f64,
+}
+
+/// The name under which the time outside every rule is reported.
+pub const INITIAL_PLAN: &str = "initial plan";
+
+/// Plans `sql`'s optimized logical plan physically `count` times in a copy of `ctx`'s session
+/// whose rules are timed: the initial plan first, then every rule in the order they run.
+pub async fn measure(
+    ctx: &SessionContext,
+    sql: &str,
+    count: usize,
+) -> Result<Vec<PartTime>, BoxError> {
+    let state = ctx.state();
+    let timed: Vec<Arc<Timed>> = state
+        .physical_optimizers()
+        .iter()
+        .map(|r| {
+            Arc::new(Timed {
+                inner: r.clone(),
+                nanos: AtomicU64::new(0),
+            })
+        })
+        .collect();
+    let rules = timed
+        .iter()
+        .map(|t| t.clone() as Arc<dyn PhysicalOptimizerRule + Send + Sync>)
+        .collect();
+    let state = SessionStateBuilder::new_from_existing(state)
+        .with_physical_optimizer_rules(rules)
+        .build();
+    let optimized = state.optimize(&state.create_logical_plan(sql).await?)?;
+    let mut total = 0u128;
+    for _ in 0..count.max(1) {
+        let start = Instant::now();
+        let plan = state
+            .query_planner()
+            .create_physical_plan(&optimized, &state)
+            .await?;
+        total += start.elapsed().as_nanos();
+        std::hint::black_box(plan);
+    }
+    let per_plan = |nanos: u128| nanos as f64 / count.max(1) as f64 / 1e3;
+    let in_rules: u128 = timed.iter().map(|t| t.nanos.load(Relaxed) as u128).sum();
+    let mut parts = vec![PartTime {
+        part: INITIAL_PLAN.into(),
+        us: per_plan(total.saturating_sub(in_rules)),
+    }];
+    parts.extend(timed.iter().map(|t| PartTime {
+        part: t.name().to_string(),
+        us: per_plan(t.nanos.load(Relaxed) as u128),
+    }));
+    Ok(parts)
+}
+
+/// The parts of both engines side by side, those above `floor_us` on either, in the order
+/// they run, and the total.
+pub fn format(query: &str, ooode: &[PartTime], stock: &[PartTime], floor_us: f64) -> String {
+    let mut out = format!(
+        "Physical planning of {query} by part (rules timed, apart from the table above), mean us per plan:\n{:<32} {:>9} {:>9}\n",
+        "part", "ooode", "stock"
+    );
+    let of = |parts: &[PartTime], name: &str| {
+        parts
+            .iter()
+            .filter(|p| p.part == name)
+            .fold(0.0, |sum, p| sum + p.us)
+    };
+    let mut names: Vec<&str> = ooode.iter().map(|p| p.part.as_str()).collect();
+    for p in stock {
+        if !names.contains(&p.part.as_str()) {
+            names.push(&p.part);
+        }
+    }
+    let mut small = (0.0, 0.0);
+    for name in names {
+        let (o, s) = (of(ooode, name), of(stock, name));
+        if o.max(s) < floor_us {
+            small = (small.0 + o, small.1 + s);
+            continue;
+        }
+        out.push_str(&format!("{name:<32} {o:>9.1} {s:>9.1}\n"));
+    }
+    out.push_str(&format!(
+        "{:<32} {:>9.1} {:>9.1}\n",
+        format!("other rules (under {floor_us} us)"),
+        small.0,
+        small.1
+    ));
+    let sum = |parts: &[PartTime]| parts.iter().fold(0.0, |sum, p| sum + p.us);
+    out.push_str(&format!(
+        "{:<32} {:>9.1} {:>9.1}\n",
+        "total",
+        sum(ooode),
+        sum(stock)
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(part: &str, us: f64) -> PartTime {
+        PartTime {
+            part: part.into(),
+            us,
+        }
+    }
+
+    #[test]
+    fn parts_of_either_engine_are_listed_and_small_ones_summed() {
+        let ooode = [
+            part(INITIAL_PLAN, 200.0),
+            part("OoodeIndexRule", 50.0),
+            part("LimitPushdown", 1.0),
+        ];
+        let stock = [part(INITIAL_PLAN, 300.0), part("LimitPushdown", 2.0)];
+        let text = format("point", &ooode, &stock, 5.0);
+        assert!(text.contains("initial plan                         200.0     300.0"));
+        assert!(text.contains("OoodeIndexRule                        50.0       0.0"));
+        assert!(text.contains("other rules (under 5 us)               1.0       2.0"));
+        assert!(text.contains("total                                251.0     302.0"));
+        assert!(!text.contains("LimitPushdown"));
+    }
+
+    #[tokio::test]
+    async fn every_rule_is_timed_and_the_plan_is_the_sessions() {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t AS VALUES (1, 'a'), (2, 'b')")
+            .await
+            .unwrap();
+        let parts = measure(&ctx, "SELECT * FROM t WHERE column1 = 2", 3)
+            .await
+            .unwrap();
+        let rules = ctx.state().physical_optimizers().len();
+        assert_eq!(parts.len(), rules + 1);
+        assert_eq!(parts[0].part, INITIAL_PLAN);
+        assert_eq!(parts[1].part, ctx.state().physical_optimizers()[0].name());
+        assert!(parts.iter().all(|p| p.us >= 0.0));
+        // Planning takes time somewhere: rules that ran were timed.
+        assert!(parts.iter().skip(1).any(|p| p.us > 0.0));
+    }
+}
