@@ -133,12 +133,23 @@ pub struct PlanRow {
     pub ooode: PlanPhases,
     /// Stock DataFusion on Parquet.
     pub stock: PlanPhases,
-    /// ooode's physical plan by part (initial plan, each rule), measured apart.
+    /// Where the planning time goes, by part, measured apart.
     #[serde(default)]
-    pub ooode_parts: Vec<PartTime>,
+    pub parts: PlanParts,
+}
+
+/// The logical optimizer by rule and the physical plan by part (the initial plan, each
+/// rule), on each engine.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct PlanParts {
+    /// ooode's logical optimizer, by rule.
+    pub ooode_logical: Vec<PartTime>,
+    /// Stock DataFusion's logical optimizer, by rule.
+    pub stock_logical: Vec<PartTime>,
+    /// ooode's physical plan by part.
+    pub ooode_physical: Vec<PartTime>,
     /// Stock DataFusion's physical plan by part.
-    #[serde(default)]
-    pub stock_parts: Vec<PartTime>,
+    pub stock_physical: Vec<PartTime>,
 }
 
 /// Plans each query `count` times on each engine; `settings` are further `SET` statements
@@ -178,14 +189,17 @@ pub async fn run(
             on_stock.cached_once(&cache, &stock, &sql).await?;
         }
         // Apart from the timed phases above: the timers would be in them.
-        let ooode_parts = rule_times::measure(&ooode, &sql, count).await?;
-        let stock_parts = rule_times::measure(&stock, &sql, count).await?;
+        let parts = PlanParts {
+            ooode_logical: rule_times::measure_logical(&ooode, &sql, count).await?,
+            stock_logical: rule_times::measure_logical(&stock, &sql, count).await?,
+            ooode_physical: rule_times::measure(&ooode, &sql, count).await?,
+            stock_physical: rule_times::measure(&stock, &sql, count).await?,
+        };
         out.push(PlanRow {
             query: name,
             ooode: on_ooode.medians(),
             stock: on_stock.medians(),
-            ooode_parts,
-            stock_parts,
+            parts,
         });
     }
     Ok(out)
@@ -220,12 +234,28 @@ pub fn format(results: &[PlanRow], count: usize) -> String {
          and its physical plan made; cached: the SQL text through a plan cache holding its \
          shape (PlanCache)\n",
     );
-    for row in results.iter().filter(|r| !r.ooode_parts.is_empty()) {
+    for row in results
+        .iter()
+        .filter(|r| !r.parts.ooode_physical.is_empty())
+    {
+        let p = &row.parts;
+        let title = |what: &str| {
+            format!(
+                "{what} of {} by part (each rule timed, apart from the table above)",
+                row.query
+            )
+        };
         out.push('\n');
         out.push_str(&rule_times::format(
-            &row.query,
-            &row.ooode_parts,
-            &row.stock_parts,
+            &title("Logical optimizer"),
+            &p.ooode_logical,
+            &p.stock_logical,
+            5.0,
+        ));
+        out.push_str(&rule_times::format(
+            &title("Physical plan"),
+            &p.ooode_physical,
+            &p.stock_physical,
             5.0,
         ));
     }
@@ -276,8 +306,7 @@ mod tests {
             query: "point (N = 1)".into(),
             ooode: phases(2.068, 1.012),
             stock: phases(2.53, 1.611),
-            ooode_parts: vec![],
-            stock_parts: vec![],
+            parts: PlanParts::default(),
         }
     }
 
