@@ -8,18 +8,15 @@
 //! - `PLAN=1` prints ooode's physical plan first;
 //! - `SETS="SET ...;SET ..."` applies settings to the ooode session first (e.g.
 //!   `SET ooode.direct_io = false`: reads from the OS cache, without the disk's noise);
-//! - `RULES=1` prints mean hot times of each planning phase and of each physical optimizer rule;
+//! - `RULES=1` prints mean hot times of each logical optimizer rule and of each part of the
+//!   physical plan (its initial plan, each physical optimizer rule), ooode next to stock;
 //! - `PROFILE=<runs>` runs only ooode (hot; cold with `COLD=1`), for a profiler. getppid(2)
 //!   calls mark the start of planning, of execution and the end, for a tracer such as
 //!   `perf record -e syscalls:sys_enter_getppid -e io_uring:io_uring_complete ...`.
 
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use datafusion::common::config::ConfigOptions;
-use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
+use datafusion::physical_plan::{collect, displayable};
 use datafusion::prelude::SessionContext;
 use ooode_tpch::datagen::{DataSet, default_root};
 use ooode_tpch::fig4::fig4_sql;
@@ -62,75 +59,31 @@ async fn phases(
     Ok((median(plan), median(exec)))
 }
 
-/// A physical optimizer rule that adds its time to a table (RULES=1).
-#[derive(Debug)]
-struct Timed(Arc<dyn PhysicalOptimizerRule + Send + Sync>);
-
-static RULE_TIMES: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
-
-impl PhysicalOptimizerRule for Timed {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        config: &ConfigOptions,
-    ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
-        let t = Instant::now();
-        let out = self.0.optimize(plan, config);
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        let mut times = RULE_TIMES.lock().unwrap();
-        match times.iter_mut().find(|(n, _)| n == self.0.name()) {
-            Some(e) => e.1 += ms,
-            None => times.push((self.0.name().to_string(), ms)),
-        }
-        out
-    }
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn schema_check(&self) -> bool {
-        self.0.schema_check()
-    }
-}
-
-/// Per-rule and per-phase planning times, hot, over `runs` runs.
-async fn rule_times(ctx: &SessionContext, sql: &str, runs: usize) -> Result<(), BoxError> {
-    let state = ctx.state();
-    let rules = state
-        .physical_optimizers()
-        .iter()
-        .map(|r| Arc::new(Timed(r.clone())) as Arc<dyn PhysicalOptimizerRule + Send + Sync>)
-        .collect();
-    let timed = SessionStateBuilder::new_from_existing(state)
-        .with_physical_optimizer_rules(rules)
-        .build();
-    let ctx = SessionContext::new_with_state(timed);
-    let (mut sql_ms, mut logical_ms, mut physical_ms) = (0.0, 0.0, 0.0);
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        let df = ctx.sql(sql).await?;
-        let t1 = Instant::now();
-        let state = ctx.state();
-        let optimized = state.optimize(df.logical_plan())?;
-        let t2 = Instant::now();
-        state
-            .query_planner()
-            .create_physical_plan(&optimized, &state)
-            .await?;
-        let t3 = Instant::now();
-        sql_ms += (t1 - t0).as_secs_f64() * 1e3;
-        logical_ms += (t2 - t1).as_secs_f64() * 1e3;
-        physical_ms += (t3 - t2).as_secs_f64() * 1e3;
-    }
-    let r = runs as f64;
-    println!(
-        "hot means: sql->logical {:.3} ms, logical optimizer {:.3} ms, physical {:.3} ms, of which rules:",
-        sql_ms / r,
-        logical_ms / r,
-        physical_ms / r
+/// Each logical optimizer rule and each part of the physical plan, hot, over `runs` plans,
+/// ooode next to stock (RULES=1).
+async fn rule_times(
+    ooode: &SessionContext,
+    stock: &SessionContext,
+    sql: &str,
+    runs: usize,
+) -> Result<(), BoxError> {
+    use ooode_tpch::rule_times::{format, measure, measure_logical};
+    let (ooode_logical, stock_logical) = (
+        measure_logical(ooode, sql, runs).await?,
+        measure_logical(stock, sql, runs).await?,
     );
-    for (name, ms) in RULE_TIMES.lock().unwrap().iter() {
-        println!("  {name:<40} {:.4} ms", ms / r);
-    }
+    let (ooode_physical, stock_physical) = (
+        measure(ooode, sql, runs).await?,
+        measure(stock, sql, runs).await?,
+    );
+    print!(
+        "{}",
+        format("Logical optimizer", &ooode_logical, &stock_logical, 1.0)
+    );
+    print!(
+        "{}",
+        format("Physical plan", &ooode_physical, &stock_physical, 1.0)
+    );
     Ok(())
 }
 
@@ -158,7 +111,7 @@ async fn main() -> Result<(), BoxError> {
     }
     let pool = ooode_providers::ooode_runtime(&ooode).pool().clone();
     if std::env::var_os("RULES").is_some() {
-        return rule_times(&ooode, &sql, runs).await;
+        return rule_times(&ooode, &stock, &sql, runs).await;
     }
     // PROFILE=<runs>: only ooode runs, hot (cold with COLD=1), for a profiler.
     if let Some(loops) = std::env::var("PROFILE").ok().and_then(|s| s.parse().ok()) {
