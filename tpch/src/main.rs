@@ -277,8 +277,8 @@ enum Command {
         #[arg(long)]
         set: Vec<String>,
     },
-    /// What planning the many-clients benchmark's queries costs, by phase, hot: ooode
-    /// (`auto`) next to stock DataFusion on Parquet, alternating.
+    /// What planning the many-clients benchmark's queries costs, by phase and by rule, hot:
+    /// ooode (`auto`) next to stock DataFusion on Parquet, alternating.
     Plans {
         /// Scale factor.
         #[arg(long, default_value_t = 0.1)]
